@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv if missing, install, run the course's main job
+#   make test   create .venv if missing, install, run the whole test suite
+VENV   ?= .venv
+PYTHON ?= python3
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test test-quick bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/nndebug demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info

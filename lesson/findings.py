@@ -1,0 +1,285 @@
+"""The course's shared vocabulary: diagnosis codes and the `Finding` that carries one.
+
+Every part of the course speaks in these codes. A broken model in the catalogue *produces*
+them, the debugger *finds* them, the checklist and the prompt *explain* them, the exercises
+*ask for* them. They are defined here once; everything else imports them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    """How urgently a finding needs attention; alerts compare against it."""
+
+    INFO = 10
+    WARNING = 20
+    ERROR = 30
+    CRITICAL = 40
+
+
+#: Where in the pipeline a code points: the lesson's checklist walks these in order.
+AREAS: dict[str, str] = {
+    "data": "the data pipeline: inputs, labels, splits, batching",
+    "model": "the architecture and its initialisation",
+    "loss": "what goes into the loss function",
+    "optimizer": "the optimizer, its parameters and its learning rate",
+    "training-loop": "the order of calls in the loop: zero_grad, backward, step, train/eval",
+    "numerics": "values that stop being finite numbers",
+    "gradients": "how gradients flow back through the layers",
+    "generalization": "the gap between training and held-out data",
+}
+
+#: Which check reveals a code (the tool a student should reach for).
+TOOLS: dict[str, str] = {
+    "monitor": "NetworkDebugger(model, optimizer, criterion) during training, then diagnose()",
+    "overfit": "overfit_one_batch(model, x, y, criterion)",
+    "lr_finder": "find_learning_rate(model, x, y, criterion)",
+    "gradient_check": "gradient_check_report(model, x, y, criterion)",
+    "batch_independence": "check_batch_independence(model, x)",
+    "nonfinite": "locate_nonfinite(model, x, y, criterion)",
+    "data_validator": "validate_data(x_train, y_train, x_test, y_test)",
+    "label_issues": "find_label_issues(model_factory, x, y) and check_labels_carry_signal(...)",
+}
+
+
+@dataclass(frozen=True)
+class Code:
+    """One diagnosis: what it means, how to fix it, how bad it is, where and how it is found."""
+
+    name: str
+    meaning: str
+    fix: str
+    severity: Severity
+    area: str
+    tool: str
+
+    def __post_init__(self) -> None:
+        if self.area not in AREAS:
+            raise ValueError(f"{self.name}: unknown area {self.area!r}")
+        if self.tool not in TOOLS:
+            raise ValueError(f"{self.name}: unknown tool {self.tool!r}")
+
+
+def _code(name: str, meaning: str, fix: str, severity: Severity, area: str, tool: str) -> Code:
+    return Code(name, meaning, fix, severity, area, tool)
+
+
+_S = Severity
+#: Every diagnosis code of the course, in the order the checklist teaches them.
+CODES: dict[str, Code] = {
+    c.name: c
+    for c in [
+        # -- numerics: the run is already dead ---------------------------------------------
+        _code("NAN_OR_INF", "The loss or an activation is NaN or Inf.",
+              "Find the first operation that produced it (locate_nonfinite); lower the learning "
+              "rate 10x, clip gradients, or make the offending operation numerically safe.",
+              _S.CRITICAL, "numerics", "monitor"),
+        _code("NONFINITE_INPUT", "The input batch itself already holds NaN or Inf.",
+              "Clean the data before training: drop or impute the rows, and assert "
+              "torch.isfinite(x).all() in the data pipeline.",
+              _S.CRITICAL, "data", "data_validator"),
+        _code("LOG_OF_ZERO", "log() was taken of 0 or of a negative number.",
+              "Work in log space (F.log_softmax, F.cross_entropy) or clamp probabilities to "
+              "[eps, 1 - eps] before log.",
+              _S.CRITICAL, "numerics", "nonfinite"),
+        _code("EXP_OVERFLOW", "exp() overflowed to Inf (large logits in a hand-written softmax).",
+              "Subtract the row maximum before exp (the log-sum-exp trick) or use "
+              "torch.softmax / F.log_softmax.",
+              _S.CRITICAL, "numerics", "nonfinite"),
+        _code("DIVISION_BY_ZERO", "A division by zero (e.g. normalising by a standard deviation "
+              "of 0 on a constant batch).",
+              "Add an epsilon to the denominator (x / (std + 1e-5)) or use nn.BatchNorm / "
+              "nn.LayerNorm, which do.",
+              _S.CRITICAL, "numerics", "nonfinite"),
+        # -- optimizer and learning rate ------------------------------------------------------
+        _code("LR_TOO_HIGH", "Updates overshoot: the loss rises, oscillates or blows up; "
+              "update/weight ratios sit far above ~1e-3.",
+              "Lower the learning rate 10x (or run find_learning_rate) and retry.",
+              _S.ERROR, "optimizer", "monitor"),
+        _code("LR_TOO_LOW", "The loss barely moves while gradients are healthy; "
+              "update/weight ratios are tiny.",
+              "Raise the learning rate 10x (or run find_learning_rate) and retry.",
+              _S.WARNING, "optimizer", "monitor"),
+        _code("LR_DECAYED", "The learning rate has collapsed towards 0 (a scheduler stepped "
+              "every batch instead of every epoch, or a decay that is too fast).",
+              "Step the scheduler once per epoch (or set its period in batches) and log the "
+              "learning rate.",
+              _S.ERROR, "optimizer", "monitor"),
+        _code("PARAMS_NOT_UPDATED", "Some parameters receive gradients that no optimizer step "
+              "applies (optimizer built over other parameters, layers kept in a plain Python "
+              "list, zero_grad() called between backward() and step()).",
+              "Build the optimizer from model.parameters() after the model is final, register "
+              "sub-layers with nn.ModuleList, and call zero_grad() before backward().",
+              _S.ERROR, "optimizer", "monitor"),
+        # -- training loop ----------------------------------------------------------------------
+        _code("MISSING_ZERO_GRAD", "Gradients accumulate across optimizer steps: zero_grad() is "
+              "never called.",
+              "Call optimizer.zero_grad() once per step, before loss.backward().",
+              _S.ERROR, "training-loop", "monitor"),
+        _code("EVAL_MODE_DURING_TRAINING", "Dropout or batch norm is in eval mode while the "
+              "model trains (model.train() not restored after validation).",
+              "Call model.train() at the start of every training epoch.",
+              _S.ERROR, "training-loop", "monitor"),
+        _code("TRAIN_MODE_DURING_EVAL", "Evaluation passes run with dropout or batch norm still "
+              "in training mode (model.eval() forgotten).",
+              "Call model.eval() (and use torch.no_grad()) before evaluating; model.train() "
+              "afterwards.",
+              _S.ERROR, "training-loop", "monitor"),
+        _code("NO_GRADIENT", "Trainable parameters never receive a gradient: the graph is cut "
+              "inside forward (.detach(), .item(), .numpy(), torch.no_grad()).",
+              "Keep forward in torch operations on tensors that require grad; remove the "
+              "detach/item/numpy/no_grad on the path to the loss.",
+              _S.ERROR, "training-loop", "monitor"),
+        # -- loss ---------------------------------------------------------------------------
+        _code("DOUBLE_SOFTMAX", "Probabilities (a softmax output) are fed to a loss that "
+              "expects logits, such as nn.CrossEntropyLoss.",
+              "Remove the softmax from the model's output; CrossEntropyLoss applies "
+              "log-softmax itself.",
+              _S.ERROR, "loss", "monitor"),
+        _code("SOFTMAX_WRONG_DIM", "Softmax is taken over the batch dimension (dim=0) instead "
+              "of the class dimension.",
+              "Use softmax(dim=-1) (or dim=1 for (N, C) outputs).",
+              _S.ERROR, "loss", "monitor"),
+        _code("NLL_WITHOUT_LOG_SOFTMAX", "Raw logits are fed to nn.NLLLoss, which expects "
+              "log-probabilities.",
+              "Add log_softmax(dim=1) before NLLLoss, or use CrossEntropyLoss on the logits.",
+              _S.ERROR, "loss", "monitor"),
+        _code("LOSS_SHAPE_MISMATCH", "Prediction and target shapes differ, so the loss "
+              "broadcasts silently (e.g. (N, 1) against (N,)).",
+              "Make the shapes equal before the loss: pred.squeeze(-1) or "
+              "target.unsqueeze(-1).",
+              _S.ERROR, "loss", "monitor"),
+        _code("OUTPUT_RANGE_MISMATCH", "The model's output cannot reach the targets (e.g. a "
+              "ReLU or sigmoid on a regression output whose targets are negative).",
+              "Match the last layer to the target range: a plain Linear output for "
+              "unbounded targets.",
+              _S.ERROR, "loss", "monitor"),
+        # -- model: activations and initialisation --------------------------------------------
+        _code("DEAD_NEURONS", "Most units of a ReLU-family layer output 0 for every sample, "
+              "so they pass no gradient.",
+              "Re-initialise with Kaiming init, lower the learning rate, or use LeakyReLU/GELU.",
+              _S.ERROR, "model", "monitor"),
+        _code("COLLAPSED_ACTIVATIONS", "A layer's output no longer varies across samples: "
+              "every input gets the same representation.",
+              "Check initialisation and saturation (sigmoid/tanh in deep stacks); add "
+              "normalisation or residual connections.",
+              _S.ERROR, "model", "monitor"),
+        _code("EXPLODING_ACTIVATIONS", "Activations grow without bound from layer to layer "
+              "or step to step.",
+              "Use a variance-preserving init (Kaiming/Xavier), add normalisation, lower the "
+              "learning rate.",
+              _S.ERROR, "model", "monitor"),
+        _code("SYMMETRIC_WEIGHTS", "Units of a layer are identical (constant or zero "
+              "initialisation), so they all learn the same thing.",
+              "Use random initialisation (PyTorch's default, Kaiming or Xavier); never a "
+              "constant.",
+              _S.ERROR, "model", "monitor"),
+        _code("UNDERFITTING", "The model cannot fit even one batch although its gradients "
+              "are healthy: it is too small, or the optimizer is not connected to it.",
+              "Check that the optimizer holds model.parameters(); add capacity (a hidden "
+              "layer, more units) until one batch can be memorised.",
+              _S.ERROR, "model", "overfit"),
+        # -- gradients -----------------------------------------------------------------------
+        _code("VANISHING_GRADIENT", "Early layers' gradients are orders of magnitude below "
+              "the last layers'; the first layers stop learning.",
+              "Use ReLU/GELU instead of sigmoid/tanh in deep stacks, add residual connections "
+              "or normalisation.",
+              _S.ERROR, "gradients", "monitor"),
+        _code("EXPLODING_GRADIENT", "Gradient norms are huge or grow step over step.",
+              "Clip gradients (torch.nn.utils.clip_grad_norm_ at the suggested value), lower "
+              "the learning rate, add normalisation.",
+              _S.ERROR, "gradients", "monitor"),
+        _code("GRADIENT_MISMATCH", "Analytical gradients disagree with numerical ones: the "
+              "backward pass has a bug (the evidence names the parameter).",
+              "Fix the named parameter's backward formula (a transpose, a sign, a factor); "
+              "re-run the gradient check until it passes.",
+              _S.CRITICAL, "gradients", "gradient_check"),
+        # -- data --------------------------------------------------------------------------
+        _code("UNNORMALIZED_INPUTS", "Inputs are far from zero mean and unit scale.",
+              "Standardise features with statistics from the training split only: "
+              "(x - mean) / std.",
+              _S.WARNING, "data", "monitor"),
+        _code("UNSHUFFLED_BATCHES", "Batches hold a single class: the data is sorted by label "
+              "and not shuffled.",
+              "Shuffle the training set every epoch (DataLoader(shuffle=True)).",
+              _S.ERROR, "data", "monitor"),
+        _code("BATCH_MIXING", "One sample's output depends on another sample's input (a "
+              "view/reshape across the batch dimension, softmax over the batch, batch and "
+              "time swapped).",
+              "Use permute/transpose rather than view to move axes; keep the batch dimension "
+              "first and untouched.",
+              _S.ERROR, "data", "batch_independence"),
+        _code("DUPLICATES_ACROSS_SPLITS", "The same (or nearly the same) samples appear in "
+              "the training and the test split: the test score is inflated.",
+              "Split first, de-duplicate across splits, then preprocess.",
+              _S.ERROR, "data", "data_validator"),
+        _code("CLASS_IMBALANCE", "The majority class outnumbers the minority by more than "
+              "10:1; accuracy rewards predicting the majority.",
+              "Re-weight the loss or resample, and report per-class metrics (balanced "
+              "accuracy, F1).",
+              _S.WARNING, "data", "data_validator"),
+        _code("CONFLICTING_LABELS", "Identical inputs carry different labels.",
+              "Resolve the conflicts at the source (relabel or drop), then retrain.",
+              _S.WARNING, "data", "data_validator"),
+        _code("LABEL_NOISE", "A share of labels is wrong: confident learning finds samples "
+              "the model confidently assigns to another class.",
+              "Review and relabel the flagged samples (highest-ranked first), or train with a "
+              "noise-robust loss.",
+              _S.WARNING, "data", "label_issues"),
+        _code("LABELS_SHUFFLED", "Labels carry no signal about their inputs (shuffled or "
+              "misaligned): held-out accuracy stays at chance while training loss falls.",
+              "Check that inputs and labels are indexed and shuffled together (one "
+              "permutation for both).",
+              _S.CRITICAL, "data", "label_issues"),
+        # -- generalisation ------------------------------------------------------------------
+        _code("OVERFITTING", "Validation loss rises while training loss keeps falling: the "
+              "model memorises the training set.",
+              "Add data or augmentation, weight decay, dropout, or stop early at the best "
+              "validation loss.",
+              _S.WARNING, "generalization", "monitor"),
+    ]
+}
+
+
+@dataclass
+class Finding:
+    """One diagnosis of one run: a code, what was seen, where, the numbers, and the fix."""
+
+    code: str
+    message: str
+    layer: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    advice: str = ""
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown diagnosis code {self.code!r}; known: {', '.join(CODES)}")
+        if not self.advice:
+            self.advice = CODES[self.code].fix
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code].severity
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (evidence values must already be plain numbers or strings)."""
+        return asdict(self) | {"severity": self.severity.name}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+        keys = {"code", "message", "layer", "evidence", "advice", "step"}
+        return cls(**{k: v for k, v in data.items() if k in keys})
+
+    def __str__(self) -> str:
+        where = f" [{self.layer}]" if self.layer else ""
+        return f"{self.code}{where}: {self.message}"
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Most important first: by severity, then by the teaching order of the codes."""
+    order = {name: i for i, name in enumerate(CODES)}
+    return sorted(findings, key=lambda f: (-f.severity, order[f.code]))
