@@ -1,0 +1,69 @@
+"""Grading a student's whole course vs executing the solution notebooks.
+
+Target (issue 6): grading with nbgrader (`autograde` of every assignment, then `export`) costs
+no more than about 1.5x running the same notebooks plainly with nbclient. Both sides run here
+in one process, one after the other, on the same notebooks; the ratio is printed.
+
+    .venv/bin/python benchmarks/bench_grading.py [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lesson.learner.catalog import load_exercises  # noqa: E402
+from lesson.learner.classroom import (autograde, copy_course, export_grades,  # noqa: E402
+                                      generate_release, submit)
+from lesson.learner.runner import run_notebook  # noqa: E402
+
+
+def execute_solutions() -> float:
+    """Seconds to run every solution notebook once in a fresh kernel."""
+    start = time.perf_counter()
+    for ex in load_exercises():
+        result = run_notebook(ex.solution(ROOT))
+        if not result.passed:
+            raise SystemExit(f"{ex.name}: the solution does not pass; fix it first")
+    return time.perf_counter() - start
+
+
+def grade_one_student(workdir: Path) -> float:
+    """Seconds for nbgrader to autograde and export one student who submitted everything."""
+    root = copy_course(ROOT, workdir / "course")
+    generate_release(root)                    # once per class, not per student: not timed
+    for ex in load_exercises():
+        submit(root, "student", ex.name, ex.solution(ROOT))
+    start = time.perf_counter()
+    autograde(root)
+    grades = export_grades(root)
+    seconds = time.perf_counter() - start
+    full = all(score == top for (who, _), (score, top) in grades.items() if who == "student")
+    if not full:
+        raise SystemExit(f"the solutions did not score full marks: {grades}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; the best of each side")
+    args = parser.parse_args()
+    plain, graded = [], []
+    for _ in range(args.repeat):
+        plain.append(execute_solutions())
+        with tempfile.TemporaryDirectory() as tmp:
+            graded.append(grade_one_student(Path(tmp)))
+    n = len(load_exercises())
+    print(f"notebooks: {n}")
+    print(f"execute the solution notebooks (nbclient): {min(plain):7.1f} s")
+    print(f"grade one student (autograde + export):   {min(graded):7.1f} s")
+    print(f"ratio grading / executing: {min(graded) / min(plain):.2f}x (target <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

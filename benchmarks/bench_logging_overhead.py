@@ -1,0 +1,121 @@
+"""Step-time overhead of logging the debugger's statistics, beside wandb.watch's.
+
+The model is the debugger issue's 512-1024-1024-10 MLP, batch 256, Adam, torch.set_num_threads(2).
+Each configuration trains its own copy of the model. They run in alternating blocks of
+`--steps` steps (default 100, so each block holds exactly one log step), in a shuffled order
+every round; each block's time is divided by the plain block's time of the same round, so
+machine noise hits numerator and denominator alike, and the median over rounds is printed.
+
+  plain                     no monitoring
+  ours, JSONL log_every=100 NetworkDebugger(model, opt, log_every=100,
+                            sinks=[JSONLSink(...)]), default statistics schedule
+  wandb.watch defaults      wandb.watch(model) (log="gradients", log_freq=1000), offline run,
+                            and the loss sent with wandb.log every 100 steps (the same cadence)
+
+Usage: python benchmarks/bench_logging_overhead.py [--rounds 10] [--steps 100]
+Target (issue 8): ours <= 1.02.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from lesson.monitor import NetworkDebugger
+from lesson.sinks import JSONLSink, read_jsonl
+
+LOG_EVERY = 100
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=LOG_EVERY)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    criterion = nn.CrossEntropyLoss()
+    tmp = tempfile.mkdtemp(prefix="nndebug-bench-")
+
+    configs: dict[str, dict[str, Any]] = {}
+    for name in ["plain", "ours, JSONL", "wandb.watch"]:
+        model = make_model(1)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        configs[name] = {"model": model, "opt": opt, "dbg": None, "run": None, "step": 0}
+    jsonl = os.path.join(tmp, "stats.jsonl")
+    configs["ours, JSONL"]["dbg"] = NetworkDebugger(
+        configs["ours, JSONL"]["model"], configs["ours, JSONL"]["opt"],
+        log_every=LOG_EVERY, sinks=[JSONLSink(jsonl)])
+    wandb_note = ""
+    try:
+        os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=tmp)
+        import wandb
+
+        run = wandb.init(project="nndebug-bench", dir=tmp, mode="offline")
+        run.watch(configs["wandb.watch"]["model"])       # its defaults
+        configs["wandb.watch"]["run"] = run
+    except Exception as exc:  # wandb is an optional extra
+        wandb_note = f"wandb.watch not measured ({type(exc).__name__}: {exc})"
+        del configs["wandb.watch"]
+
+    def block(cfg: dict[str, Any], steps: int) -> float:
+        model, opt, dbg, run = cfg["model"], cfg["opt"], cfg["dbg"], cfg["run"]
+        start = time.perf_counter()
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = criterion(model(x), y)
+            if dbg is not None:
+                dbg.record_loss(loss.detach())
+            loss.backward()
+            opt.step()
+            cfg["step"] += 1
+            if run is not None and cfg["step"] % LOG_EVERY == 0:
+                run.log({"loss": loss.item()}, step=cfg["step"])
+        return (time.perf_counter() - start) / steps
+
+    for cfg in configs.values():  # warm-up: allocator, the debugger's warm-up steps
+        block(cfg, args.steps)
+    ratios: dict[str, list[float]] = {n: [] for n in configs if n != "plain"}
+    plain_times = []
+    order = list(configs)
+    for _ in range(args.rounds):
+        random.shuffle(order)
+        times = {n: block(configs[n], args.steps) for n in order}
+        plain_times.append(times["plain"])
+        for n in ratios:
+            ratios[n].append(times[n] / times["plain"])
+    if configs.get("wandb.watch"):
+        configs["wandb.watch"]["run"].finish()
+    dbg = configs["ours, JSONL"]["dbg"]
+    dbg.close()
+    lines = read_jsonl(jsonl)
+
+    print(f"MLP 512-1024-1024-10, batch 256, Adam, 2 threads; {args.rounds} rounds x "
+          f"{args.steps} steps, plain step {statistics.median(plain_times) * 1e3:.1f} ms")
+    print(f"{'configuration':<34} {'median ratio':>12}  target")
+    labels = {"ours, JSONL": (f"ours, JSONL log_every={LOG_EVERY}", "<= 1.02"),
+              "wandb.watch": ("wandb.watch defaults (offline)", "(reference)")}
+    for n, rs in ratios.items():
+        label, target = labels[n]
+        print(f"{label:<34} {statistics.median(rs):>12.3f}  {target}")
+    if wandb_note:
+        print(wandb_note)
+    print(f"JSONL lines written: {len(lines)} (steps {lines[0]['step']}..{lines[-1]['step']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Step-time overhead of NetworkDebugger, measured side by side with a plain training step.
+
+The model is the issue's 512-1024-1024-10 MLP, batch 256, Adam, torch.set_num_threads(2).
+Four configurations train their own copy of the model; they run in alternating blocks (in a
+shuffled order every round) and each round's time is divided by the plain step's time of the
+same round, so machine noise hits numerator and denominator alike; the median over rounds is
+printed.
+
+  plain          no debugger
+  ours every=1   NetworkDebugger(model, optimizer), statistics every step
+  ours default   NetworkDebugger(model, optimizer), default `every`
+  lesson's way   the lesson's hooks re-implemented here: forward + full backward hooks on
+                 Linear/ReLU, one .item() per statistic
+
+Usage: python benchmarks/bench_monitor_overhead.py [--rounds 15] [--steps 20] [--clock cpu]
+Targets (issue 2): ours every=1 <= 1.10, ours default <= 1.02.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+
+from lesson.monitor import DEFAULT_EVERY, NetworkDebugger
+
+
+class LessonStyleDebugger:
+    """The lesson's NetworkDebugger hooks, written the lesson's way (a host sync per statistic)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.activation_stats: dict[str, dict[str, float]] = {}
+        self.gradient_stats: dict[str, dict[str, float]] = {}
+        self.hooks = []
+        for name, module in model.named_modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d, nn.ReLU, nn.LeakyReLU)):
+                self.hooks.append(module.register_forward_hook(self._forward(name)))
+                self.hooks.append(module.register_full_backward_hook(self._backward(name)))
+
+    def _forward(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: object, output: torch.Tensor) -> None:
+            with torch.no_grad():
+                t = output.detach().float()
+                self.activation_stats[name] = {
+                    "mean": t.mean().item(), "std": t.std().item(),
+                    "fraction_zero": (t == 0).float().mean().item(),
+                    "min": t.min().item(), "max": t.max().item()}
+        return hook
+
+    def _backward(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, grad_in: object, grad_out: tuple[torch.Tensor, ...]) -> None:
+            if grad_out[0] is None:
+                return
+            with torch.no_grad():
+                g = grad_out[0].detach().float()
+                self.gradient_stats[name] = {
+                    "mean": g.mean().item(), "std": g.std().item(),
+                    "abs_mean": g.abs().mean().item(), "max": g.abs().max().item()}
+        return hook
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall time, or this process's CPU time (steadier on a busy machine)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_EVERY,
+                        help="steps per timed block (default: the debugger's default every)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    criterion = nn.CrossEntropyLoss()
+
+    configs: dict[str, dict[str, object]] = {}
+    for name in ["plain", "ours every=1", "ours default", "lesson's way"]:
+        model = make_model(1)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        dbg: object = None
+        if name == "ours every=1":
+            dbg = NetworkDebugger(model, opt, every=1)
+        elif name == "ours default":
+            dbg = NetworkDebugger(model, opt)
+        elif name == "lesson's way":
+            dbg = LessonStyleDebugger(model)
+        configs[name] = {"model": model, "opt": opt, "dbg": dbg}
+
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+
+    def block(cfg: dict[str, object], steps: int) -> float:
+        model, opt, dbg = cfg["model"], cfg["opt"], cfg["dbg"]
+        start = clock()
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = criterion(model(x), y)
+            if isinstance(dbg, NetworkDebugger):
+                dbg.record_loss(loss.detach())
+            loss.backward()
+            opt.step()
+        return (clock() - start) / steps
+
+    for cfg in configs.values():          # warm-up: allocator, the debugger's warm-up steps
+        block(cfg, 12)
+    ratios: dict[str, list[float]] = {n: [] for n in configs if n != "plain"}
+    plain_times = []
+    order = list(configs)
+    for _ in range(args.rounds):
+        random.shuffle(order)
+        times = {n: block(configs[n], args.steps) for n in order}
+        plain_times.append(times["plain"])
+        for n in ratios:
+            ratios[n].append(times[n] / times["plain"])
+    print(f"MLP 512-1024-1024-10, batch 256, Adam, 2 threads; {args.rounds} rounds x "
+          f"{args.steps} steps, {args.clock} clock, plain step {statistics.median(plain_times) * 1e3:.1f} ms")
+    print(f"{'configuration':<16} {'median ratio':>12}  target")
+    targets = {"ours every=1": "<= 1.10", "ours default": f"<= 1.02 (every={DEFAULT_EVERY})",
+               "lesson's way": "(issue: 1.29)"}
+    for n, rs in ratios.items():
+        print(f"{n:<16} {statistics.median(rs):>12.3f}  {targets[n]}")
+
+
+if __name__ == "__main__":
+    main()

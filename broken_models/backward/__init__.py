@@ -1,0 +1,1 @@
+"""Bugs in a hand-written backward pass: the gradients themselves are wrong."""

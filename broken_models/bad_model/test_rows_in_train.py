@@ -1,0 +1,77 @@
+"""Test rows copied into the training set.
+
+"We found 150 more labelled images in the shared folder; add them to training." They were the
+test set. Now the model has seen, and memorised, part of what it is graded on: the test score
+rises, and it measures memory rather than generalisation. Score the copied rows apart from the
+rest and the gap is obvious; de-duplicate across splits before training and it cannot happen.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import accuracy, digits, mlp, rows_in, scores
+
+TITLE = "Test rows copied into the training set"
+SYMPTOM = "The test score is inflated: rows the model trained on score 100%, the rest do not."
+EXPECTED = ("DUPLICATES_ACROSS_SPLITS",)
+SECONDARY = ()
+TOOL = "data_validator"
+LESSON = "Symptom 2: the loss decreases but the model is bad"
+FIX = "Split first, then de-duplicate across splits: never train on a test row."
+TARGET = "validation accuracy >= 0.9"
+
+
+def symptom_seen(m: dict) -> bool:
+    return m["val_accuracy"] - m["clean_val_accuracy"] > 0.02
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, validate_data
+
+    torch.manual_seed(seed)
+    data = digits(seed, n_train=300)
+    extra_x, extra_y = data.x_val[:150], data.y_val[:150]  # "more labelled images"
+    data = data._replace(x_train=torch.cat([data.x_train, extra_x]), y_train=torch.cat([data.y_train, extra_y]))
+    findings = validate_data(data.x_train, data.y_train, data.x_val, data.y_val)
+    model = mlp([64, 64, 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    unseen = ~rows_in(data.x_val, data.x_train)
+    metrics = scores(model, data, debugger.loss_history)
+    metrics["clean_val_accuracy"] = accuracy(model, data.x_val[unseen], data.y_val[unseen])
+    return Outcome(metrics, debugger, findings)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, validate_data
+
+    torch.manual_seed(seed)
+    data = digits(seed, n_train=300)
+    findings = validate_data(data.x_train, data.y_train, data.x_val, data.y_val)
+    model = mlp([64, 64, 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    unseen = ~rows_in(data.x_val, data.x_train)
+    metrics = scores(model, data, debugger.loss_history)
+    metrics["clean_val_accuracy"] = accuracy(model, data.x_val[unseen], data.y_val[unseen])
+    return Outcome(metrics, debugger, findings)

@@ -1,0 +1,241 @@
+"""What a case of the catalogue is, and how one is run and judged.
+
+A case is one page of the catalogue: a module under `broken_models/<family>/<name>.py` that holds
+a broken training script, the same script with the bug fixed, and a few lines of metadata:
+
+    TITLE, SYMPTOM, EXPECTED, SECONDARY, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+    symptom_seen(metrics) -> bool     # is the symptom a user would notice there?
+    target_reached(metrics) -> bool   # did the run learn what it should?
+    train_broken(seed) -> Outcome     # the buggy script
+    train_fixed(seed) -> Outcome      # the same script, with only the bug changed
+
+A training function returns an `Outcome`: its metrics and the findings of the tool named by
+TOOL (by default `debugger.diagnose()` of the NetworkDebugger that watched it).
+`Case.evaluate(train_fn, seed)` runs any function with that signature (the broken script, the
+fixed one, or a student's repair) and judges it into a `Run`.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+from lesson.findings import CODES, TOOLS, Finding, sort_findings
+
+#: family (the sub-package name) -> the symptom a user reports, in teaching order
+FAMILIES: dict[str, str] = {
+    "not_learning": "The loss does not decrease",
+    "nan_inf": "NaN or Inf in the loss",
+    "bad_model": "The loss decreases but the model is bad",
+    "pytorch": "Common PyTorch bugs",
+    "backward": "Bugs in the backward pass",
+}
+
+#: The lesson's sections a case can illustrate (Phase 03, Lesson 13, in English).
+LESSON_SECTIONS: tuple[str, ...] = (
+    "Symptom 1: the loss does not decrease",
+    "Symptom 2: the loss decreases but the model is bad",
+    "Symptom 3: NaN or Inf in the loss",
+    "Technique 1: gradient checking",
+    "Technique 2: activation statistics",
+    "Technique 3: gradient flow",
+    "Technique 4: overfit one batch",
+    "Technique 5: the learning-rate finder",
+    "Common PyTorch bugs",
+)
+
+
+@dataclass
+class Outcome:
+    """What a training function hands back: its numbers and what the tool found.
+
+    `metrics` holds plain numbers (and `losses`, the training-loss curve); `findings` defaults to
+    `debugger.diagnose()` when a debugger is given; `report` keeps an active check's own result
+    (an LR-finder curve, a gradient-check table) for the clinic's plots.
+    """
+
+    metrics: dict[str, Any]
+    debugger: Any = None
+    findings: list[Finding] | None = None
+    report: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metrics, dict):
+            raise TypeError(f"metrics must be a dict, got {type(self.metrics).__name__}")
+        if self.findings is None:
+            if self.debugger is None:
+                raise ValueError("give the findings, or the NetworkDebugger that watched training")
+            self.findings = list(self.debugger.diagnose())
+        for f in self.findings:
+            if not isinstance(f, Finding):
+                raise TypeError(f"findings must be lesson.Finding objects, got {type(f).__name__}")
+
+
+@dataclass
+class Run:
+    """One training run of a case, judged against the case's card."""
+
+    case: str
+    seed: int
+    which: str                      # "broken", "fixed" or "custom"
+    findings: list[Finding]
+    metrics: dict[str, Any]
+    symptom_seen: bool
+    target_reached: bool
+    expected: tuple[str, ...]
+    secondary: tuple[str, ...]
+    seconds: float
+    debugger: Any = field(default=None, repr=False)
+    report: Any = field(default=None, repr=False)
+
+    @property
+    def codes(self) -> list[str]:
+        """The distinct codes found, most important first."""
+        seen: dict[str, None] = {}
+        for f in sort_findings(self.findings):
+            seen.setdefault(f.code, None)
+        return list(seen)
+
+    @property
+    def missing(self) -> list[str]:
+        """Expected codes the tool did not report."""
+        return [c for c in self.expected if c not in self.codes]
+
+    @property
+    def unexplained(self) -> list[str]:
+        """Codes found that the case neither expects nor allows as secondary."""
+        allowed = set(self.expected) | set(self.secondary)
+        return [c for c in self.codes if c not in allowed]
+
+    @property
+    def healthy(self) -> bool:
+        """No finding at all, and the target metric reached: what a fix must achieve."""
+        return not self.findings and self.target_reached
+
+    @property
+    def diagnosed(self) -> bool:
+        """Every expected code found, and nothing the case cannot explain."""
+        return not self.missing and not self.unexplained
+
+
+TrainFn = Callable[[int], Outcome]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bug of the catalogue: its card, its two scripts, and how to judge a run."""
+
+    name: str
+    title: str
+    family: str
+    symptom: str
+    expected: tuple[str, ...]
+    secondary: tuple[str, ...]
+    tool: str
+    lesson: str
+    fix: str
+    target: str
+    train_broken: TrainFn = field(repr=False)
+    train_fixed: TrainFn = field(repr=False)
+    symptom_check: Callable[[dict[str, Any]], bool] = field(repr=False)
+    target_check: Callable[[dict[str, Any]], bool] = field(repr=False)
+    reference: str | None = None
+    module: str = ""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: unknown family {self.family!r}")
+        if self.tool not in TOOLS:
+            raise ValueError(f"{self.name}: unknown tool {self.tool!r}; known: {', '.join(TOOLS)}")
+        if self.lesson not in LESSON_SECTIONS:
+            raise ValueError(f"{self.name}: unknown lesson section {self.lesson!r}")
+        if not self.expected:
+            raise ValueError(f"{self.name}: a case must expect at least one code")
+        for code in (*self.expected, *self.secondary):
+            if code not in CODES:
+                raise ValueError(f"{self.name}: unknown diagnosis code {code!r}")
+
+    @classmethod
+    def from_module(cls, module: ModuleType) -> "Case":
+        """Read a case page: name and family come from where the module lives."""
+        *_, family, name = module.__name__.split(".")
+        return cls(
+            name=name, family=family, title=module.TITLE, symptom=module.SYMPTOM,
+            expected=tuple(module.EXPECTED), secondary=tuple(getattr(module, "SECONDARY", ())),
+            tool=module.TOOL, lesson=module.LESSON, fix=module.FIX, target=module.TARGET,
+            train_broken=module.train_broken, train_fixed=module.train_fixed,
+            symptom_check=module.symptom_seen, target_check=module.target_reached,
+            reference=getattr(module, "REFERENCE", None), module=module.__name__,
+        )
+
+    # -- running -------------------------------------------------------------------------------
+    def run_broken(self, seed: int = 0) -> Run:
+        """Train the broken script and judge it."""
+        return self._judge(self.train_broken, seed, "broken")
+
+    def run_fixed(self, seed: int = 0) -> Run:
+        """Train the fixed script and judge it."""
+        return self._judge(self.train_fixed, seed, "fixed")
+
+    def evaluate(self, train_fn: TrainFn, seed: int = 0) -> Run:
+        """Run any training function with the scripts' signature exactly as `run_fixed` does,
+        and judge it (exercises grade a student's repair with this: `run.healthy`)."""
+        if not callable(train_fn):
+            raise TypeError(f"train_fn must be a function of the seed, got {type(train_fn).__name__}")
+        which = {self.train_broken: "broken", self.train_fixed: "fixed"}.get(train_fn, "custom")
+        return self._judge(train_fn, seed, which)
+
+    def _judge(self, train_fn: TrainFn, seed: int, which: str) -> Run:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        start = time.perf_counter()
+        with warnings.catch_warnings():  # the broken scripts trip torch warnings on purpose
+            warnings.simplefilter("ignore")
+            outcome = train_fn(seed)
+        seconds = time.perf_counter() - start
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"{getattr(train_fn, '__name__', 'train_fn')} must return an "
+                            f"Outcome(metrics, debugger=..., findings=...), "
+                            f"got {type(outcome).__name__}")
+        metrics = outcome.metrics
+        return Run(
+            case=self.name, seed=seed, which=which, findings=sort_findings(outcome.findings),
+            metrics=metrics, symptom_seen=_safe(self.symptom_check, metrics),
+            target_reached=_safe(self.target_check, metrics),
+            expected=self.expected, secondary=self.secondary, seconds=seconds,
+            debugger=outcome.debugger, report=outcome.report,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+    def source(self, which: str = "broken") -> str:
+        """The source of the broken or the fixed training function."""
+        fn = {"broken": self.train_broken, "fixed": self.train_fixed}.get(which)
+        if fn is None:
+            raise ValueError(f"which must be 'broken' or 'fixed', got {which!r}")
+        return inspect.getsource(fn)
+
+    def diff(self) -> str:
+        """The unified diff from the broken script to the fixed one: the bug, and only it."""
+        broken = self.source("broken").replace("def train_broken(", "def train(")
+        fixed = self.source("fixed").replace("def train_fixed(", "def train(")
+        return "".join(difflib.unified_diff(
+            broken.splitlines(keepends=True), fixed.splitlines(keepends=True),
+            fromfile=f"{self.name} (broken)", tofile=f"{self.name} (fixed)"))
+
+
+def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> bool:
+    """A check on NaN metrics is False, not an exception."""
+    try:
+        return bool(check(metrics))
+    except (KeyError, TypeError, ValueError, ArithmeticError):
+        return False
+
+
+def finite(value: float | None) -> bool:
+    """True when a metric is a finite number (used by symptom and target checks)."""
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,145 @@
+"""Small data sets and helpers the case pages share: made in code, nothing downloaded.
+
+`digits` is scikit-learn's 8x8 handwritten digits (it ships with the package): real data for the
+cases where real data teaches better. The rest are synthetic and tiny, so a case trains in well
+under a second on a CPU.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Split(NamedTuple):
+    """A training split and a validation split."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+
+
+@lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    return data.data.astype(np.float32), data.target.astype(np.int64)
+
+
+def digits(seed: int, n_train: int = 1000, n_val: int = 500, standardize: bool = True) -> Split:
+    """The digits (64 pixels, 10 classes), split at random by `seed`; standardised with the
+    training split's statistics only (pixels that never vary keep scale 1)."""
+    x, y = _digits_arrays()
+    order = np.random.default_rng(seed).permutation(len(x))
+    train, val = order[:n_train], order[n_train:n_train + n_val]
+    x_train, x_val = x[train], x[val]
+    if standardize:
+        mean, std = x_train.mean(0), x_train.std(0)
+        std[std < 1e-6] = 1.0
+        x_train, x_val = (x_train - mean) / std, (x_val - mean) / std
+    return Split(torch.from_numpy(x_train), torch.from_numpy(y[train]),
+                 torch.from_numpy(x_val), torch.from_numpy(y[val]))
+
+
+def blobs(seed: int, n_train: int = 256, n_val: int = 256, features: int = 10,
+          classes: int = 2, spread: float = 1.0) -> Split:
+    """Gaussian clusters, one per class, around random centres: easy to separate."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(classes, features, generator=g) * 2.0
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, classes, (n,), generator=g)
+        return centres[y] + spread * torch.randn(n, features, generator=g), y
+
+    return Split(*draw(n_train), *draw(n_val))
+
+
+def xor(seed: int, n_train: int = 256, n_val: int = 256, features: int = 2) -> Split:
+    """Class 1 where the first two features have different signs: no straight line separates
+    it, one hidden layer does."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(n, features, generator=g)
+        return x, ((x[:, 0] > 0) ^ (x[:, 1] > 0)).long()
+
+    return Split(*draw(n_train), *draw(n_val))
+
+
+def regression(seed: int, n_train: int = 256, n_val: int = 256, features: int = 4) -> Split:
+    """A smooth target that is negative for about half the samples: y = sin(x0) + 0.5 x1."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(n, features, generator=g)
+        return x, torch.sin(2 * x[:, 0]) + 0.5 * x[:, 1]
+
+    return Split(*draw(n_train), *draw(n_val))
+
+
+def sequences(seed: int, n_train: int = 256, n_val: int = 256, steps: int = 50,
+              features: int = 4, classes: int = 2) -> Split:
+    """Sequences (batch, time, features) of noisy readings around a class-specific level:
+    any time step carries some of the label, so short memory is enough."""
+    g = torch.Generator().manual_seed(seed)
+    levels = torch.randn(classes, features, generator=g)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, classes, (n,), generator=g)
+        x = levels[y].unsqueeze(1) + 1.5 * torch.randn(n, steps, features, generator=g)
+        return x, y
+
+    return Split(*draw(n_train), *draw(n_val))
+
+
+def rows_in(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """For each row of `a`, whether an identical row exists in `b`."""
+    return (a[:, None, :] == b[None, :, :]).all(dim=-1).any(dim=1)
+
+
+def mlp(sizes: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """Linear layers of the given widths with `activation` between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of samples whose highest-scoring class is the label (the model's mode is left as
+    the caller set it: several cases are about exactly that)."""
+    return (model(x).argmax(dim=1) == y).float().mean().item()
+
+
+@torch.no_grad()
+def mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Mean squared error of a regression model whose output has one column."""
+    return ((model(x).reshape(-1) - y) ** 2).mean().item()
+
+
+@torch.no_grad()
+def binary_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    threshold: float = 0.5) -> float:
+    """Accuracy of a one-output binary classifier (probabilities: threshold 0.5)."""
+    return ((model(x).reshape(-1) > threshold).long() == y.long()).float().mean().item()
+
+
+def scores(model: nn.Module, data: Split, losses: list[float],
+           threshold: float | None = None) -> dict[str, object]:
+    """What a user looks at after training a classifier: the loss curve and the accuracies
+    (give `threshold` for a one-output binary classifier)."""
+    if threshold is None:
+        train, val = accuracy(model, data.x_train, data.y_train), accuracy(model, data.x_val, data.y_val)
+    else:
+        train = binary_accuracy(model, data.x_train, data.y_train, threshold)
+        val = binary_accuracy(model, data.x_val, data.y_val, threshold)
+    return {"losses": list(losses), "first_loss": losses[0], "final_loss": losses[-1],
+            "train_accuracy": train, "val_accuracy": val}

@@ -1,0 +1,80 @@
+"""Adam with a learning rate of 1 on a deep network.
+
+Adam normalises each step to about the learning rate, whatever the gradient: at lr=1 every
+weight moves by about 1 on the very first step, while the weights themselves are about 0.1.
+Sixteen stacked layers then multiply the signal by some 10^20, the squared error overflows
+float32 to inf, and the next backward pass turns everything into NaN. Adam's usual starting
+point is 1e-3, a thousand times smaller.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import mse, mlp, regression
+
+TITLE = "Adam at lr=1 on a deep net"
+SYMPTOM = "The second loss printed is inf, and every one after it is nan."
+EXPECTED = ("LR_TOO_HIGH", "NAN_OR_INF")
+SECONDARY = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "DEAD_NEURONS")  # all from the blow-up
+TOOL = "monitor"
+LESSON = "Symptom 3: NaN or Inf in the loss"
+FIX = "Use Adam's usual learning rate, 1e-3."
+TARGET = "validation mean squared error <= 0.35 (the targets' variance is about 0.75)"
+
+
+def symptom_seen(m: dict) -> bool:
+    return not m["final_loss"] < 10 * m["first_loss"]  # exploded, inf or NaN
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_mse"] <= 0.35
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = regression(seed)
+    model = mlp([4] + [128] * 15 + [1])
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
+    criterion = nn.MSELoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(60):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train).squeeze(1), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    losses = debugger.loss_history
+    metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
+               "val_mse": mse(model, data.x_val, data.y_val)}
+    return Outcome(metrics, debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = regression(seed)
+    model = mlp([4] + [128] * 15 + [1])
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    criterion = nn.MSELoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(60):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train).squeeze(1), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    losses = debugger.loss_history
+    metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
+               "val_mse": mse(model, data.x_val, data.y_val)}
+    return Outcome(metrics, debugger)

@@ -1,0 +1,87 @@
+"""A hand-written batch normalisation without an epsilon.
+
+Batch norm divides each feature by its standard deviation over the batch. Some features do not
+vary at all: the corner pixels of these digits are 0 in every image. Their standard deviation
+is exactly 0, so (x - mean) / std = 0 / 0 = NaN on the very first batch. nn.BatchNorm1d adds
+eps = 1e-5 to the variance for exactly this reason; a home-made version must too.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import digits, scores
+
+TITLE = "Batch norm by hand, without epsilon"
+SYMPTOM = "The very first loss is nan."
+EXPECTED = ("DIVISION_BY_ZERO",)
+SECONDARY = ()
+TOOL = "nonfinite"
+LESSON = "Symptom 3: NaN or Inf in the loss"
+FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."
+TARGET = "validation accuracy >= 0.9 with a finite loss"
+
+
+class BatchStandardize(nn.Module):
+    """Standardise each feature with the statistics of the current batch."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+def symptom_seen(m: dict) -> bool:
+    return not math.isfinite(m["first_loss"])
+
+
+def target_reached(m: dict) -> bool:
+    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    torch.manual_seed(seed)
+    data = digits(seed, standardize=False)  # raw pixels: the model normalises them itself
+    model = nn.Sequential(BatchStandardize(eps=0.0), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, data.x_train, data.y_train, criterion)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, findings)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    torch.manual_seed(seed)
+    data = digits(seed, standardize=False)  # raw pixels: the model normalises them itself
+    model = nn.Sequential(BatchStandardize(eps=1e-5), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, data.x_train, data.y_train, criterion)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, findings)

@@ -1,0 +1,84 @@
+"""A hand-written binary cross-entropy without a clamp.
+
+In float32, sigmoid(z) is exactly 1.0 once z is above about 17. A confident model reaches that
+on its easiest samples within a few steps, and then log(1 - p) = log(0) = -inf; multiplied by
+a target of 0 it becomes NaN, and the NaN spreads through the mean to the whole loss. Built-in
+losses guard against this (nn.BCEWithLogitsLoss works on logits; nn.BCELoss clamps its log);
+a hand-written one must clamp p to [eps, 1 - eps].
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import blobs, scores
+
+TITLE = "Hand-written cross-entropy without a clamp"
+SYMPTOM = "The loss falls nicely for a few steps, then prints nan."
+EXPECTED = ("LOG_OF_ZERO",)
+SECONDARY = ()
+TOOL = "nonfinite"
+LESSON = "Symptom 3: NaN or Inf in the loss"
+FIX = "Clamp the probabilities to [1e-7, 1 - 1e-7] before log (or use nn.BCEWithLogitsLoss)."
+TARGET = "validation accuracy >= 0.95 with a finite loss"
+
+
+def symptom_seen(m: dict) -> bool:
+    return not math.isfinite(m["final_loss"])
+
+
+def target_reached(m: dict) -> bool:
+    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.95
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    def criterion(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = p.squeeze(1)
+        return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+    torch.manual_seed(seed)
+    data = blobs(seed, features=10, classes=2)
+    x, y = data.x_train, data.y_train.float()
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 1), nn.Sigmoid())
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    with NetworkDebugger(model, optimizer) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, x, y, criterion)
+    return Outcome(scores(model, data, debugger.loss_history, threshold=0.5), debugger, findings)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    def criterion(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = p.squeeze(1).clamp(1e-7, 1 - 1e-7)
+        return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+    torch.manual_seed(seed)
+    data = blobs(seed, features=10, classes=2)
+    x, y = data.x_train, data.y_train.float()
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 1), nn.Sigmoid())
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    with NetworkDebugger(model, optimizer) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, x, y, criterion)
+    return Outcome(scores(model, data, debugger.loss_history, threshold=0.5), debugger, findings)

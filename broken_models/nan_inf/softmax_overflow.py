@@ -1,0 +1,85 @@
+"""A hand-written softmax that does not subtract the maximum.
+
+exp(89) is already larger than the biggest float32 (about 3.4e38). A classifier that grows
+confident produces logits that large for its easy samples, exp returns inf, inf / inf is NaN,
+and the loss dies. Softmax is unchanged by subtracting a constant from every logit, so
+subtracting the row maximum first (the log-sum-exp trick) keeps every exp at most 1.
+torch.softmax and F.log_softmax do this for you.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import digits, mlp, scores
+
+TITLE = "Softmax without subtracting the maximum"
+SYMPTOM = "Accuracy is climbing when the loss suddenly prints inf or nan."
+EXPECTED = ("EXP_OVERFLOW",)
+SECONDARY = ()
+TOOL = "nonfinite"
+LESSON = "Symptom 3: NaN or Inf in the loss"
+FIX = "Subtract the row maximum from the logits before exp (or use F.log_softmax)."
+TARGET = "validation accuracy >= 0.9 with a finite loss"
+
+
+def symptom_seen(m: dict) -> bool:
+    return not math.isfinite(m["final_loss"])
+
+
+def target_reached(m: dict) -> bool:
+    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    def criterion(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        log_p = logits - torch.log(torch.exp(logits).sum(dim=1, keepdim=True))
+        return -log_p[torch.arange(len(y)), y].mean()
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    x, y = data.x_train, data.y_train
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    with NetworkDebugger(model, optimizer) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, x, y, criterion)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, findings)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, locate_nonfinite
+
+    def criterion(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = logits - logits.max(dim=1, keepdim=True).values
+        log_p = logits - torch.log(torch.exp(logits).sum(dim=1, keepdim=True))
+        return -log_p[torch.arange(len(y)), y].mean()
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    x, y = data.x_train, data.y_train
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    with NetworkDebugger(model, optimizer) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            debugger.record_loss(loss.item())
+            if not math.isfinite(loss.item()):
+                break  # stop at the first NaN, before it reaches the weights
+            loss.backward()
+            optimizer.step()
+    findings = locate_nonfinite(model, x, y, criterion)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, findings)

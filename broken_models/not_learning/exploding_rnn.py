@@ -1,0 +1,83 @@
+"""A vanilla RNN over 30 time steps with recurrent weights that are too large.
+
+Backpropagation through time multiplies the gradient by the recurrent weight matrix once per
+step. When that matrix stretches vectors (its largest singular value is above 1) the product
+grows geometrically: here by 1.5 per step over 30 steps. The forward state grows the same way,
+so the loss is huge and the gradients are astronomical. Initialise the recurrent weights
+orthogonally with gain 1 (and clip gradients, as every RNN recipe does).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import scores, sequences
+
+TITLE = "A vanilla RNN with large recurrent weights"
+SYMPTOM = "The first loss is 20-200x the ln(2) = 0.69 of a fresh classifier; accuracy stalls below 90%."
+EXPECTED = ("EXPLODING_GRADIENT",)
+SECONDARY = ("EXPLODING_ACTIVATIONS", "NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
+TOOL = "monitor"
+LESSON = "Symptom 1: the loss does not decrease"
+FIX = "Initialise the recurrent weights orthogonally with gain 1 (not 1.5)."
+TARGET = "validation accuracy >= 0.9"
+
+
+class SequenceClassifier(nn.Module):
+    """An Elman RNN reads the sequence; a linear head reads its last hidden state."""
+
+    def __init__(self, features: int, hidden: int, classes: int):
+        super().__init__()
+        self.rnn = nn.RNN(features, hidden, nonlinearity="relu", batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, last = self.rnn(x)
+        return self.head(last[-1])
+
+
+def symptom_seen(m: dict) -> bool:
+    return not m["first_loss"] < 10 or not m["val_accuracy"] >= 0.9
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = sequences(seed, steps=30)
+    model = SequenceClassifier(features=4, hidden=16, classes=2)
+    nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=1.5)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(40):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = sequences(seed, steps=30)
+    model = SequenceClassifier(features=4, hidden=16, classes=2)
+    nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=1.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(40):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)

@@ -1,0 +1,69 @@
+"""A linear model on data that needs a hidden layer.
+
+Class 1 is where the first two features have different signs (XOR): no straight line separates
+the classes, so a linear classifier tops out near chance however long it trains. Nothing is
+broken in the code; the model is too small for the problem. The lesson's overfit-one-batch test
+catches it in seconds: a model that cannot memorise 16 samples will not learn 10,000.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import mlp, scores, xor
+
+TITLE = "A linear model on XOR-shaped data"
+SYMPTOM = "Training and validation accuracy both stay near chance (50%)."
+EXPECTED = ("UNDERFITTING",)
+SECONDARY = ()
+TOOL = "overfit"
+LESSON = "Technique 4: overfit one batch"
+FIX = "Add capacity: one hidden layer (2 -> 32 -> 2 with ReLU) is enough."
+TARGET = "validation accuracy >= 0.9"
+
+
+def symptom_seen(m: dict) -> bool:
+    return m["train_accuracy"] < 0.75
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, overfit_one_batch
+
+    torch.manual_seed(seed)
+    data = xor(seed)
+    model = nn.Linear(2, 2)
+    criterion = nn.CrossEntropyLoss()
+    check = overfit_one_batch(model, data.x_train[:16], data.y_train[:16], criterion, verbose=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger, check.findings, check)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, overfit_one_batch
+
+    torch.manual_seed(seed)
+    data = xor(seed)
+    model = mlp([2, 32, 2])
+    criterion = nn.CrossEntropyLoss()
+    check = overfit_one_batch(model, data.x_train[:16], data.y_train[:16], criterion, verbose=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger, check.findings, check)

@@ -1,0 +1,69 @@
+"""SGD with a learning rate of 10.
+
+Each step is meant to walk a little way downhill. At lr=10 it jumps far past the valley floor
+and lands higher up the other side, so the loss bounces around (or blows up to NaN) instead of
+falling. The lesson's first check for a loss that will not decrease: the learning rate. For SGD
+start around 0.1 or 0.01 and try three values a factor of 10 apart before blaming anything else.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import digits, mlp, scores
+
+TITLE = "SGD with a learning rate of 10"
+SYMPTOM = "The loss bounces around and ends no lower than where it started (or turns NaN)."
+EXPECTED = ("LR_TOO_HIGH",)
+SECONDARY = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+TOOL = "monitor"
+LESSON = "Symptom 1: the loss does not decrease"
+FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."
+TARGET = "validation accuracy >= 0.9"
+
+
+def symptom_seen(m: dict) -> bool:
+    return not m["final_loss"] < 0.5 * m["first_loss"]  # also True when the loss is NaN
+
+
+def target_reached(m: dict) -> bool:
+    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.SGD(model.parameters(), lr=10.0)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)

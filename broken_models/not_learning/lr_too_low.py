@@ -1,0 +1,66 @@
+"""SGD with a learning rate of 1e-6.
+
+The opposite mistake: every step is so small that after 150 of them the weights have
+hardly moved. The loss curve looks flat, as if the model could not learn, while the gradients
+are perfectly healthy. The update/weight ratio (about 1e-3 is healthy) tells the two apart.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import digits, mlp, scores
+
+TITLE = "SGD with a learning rate of 1e-6"
+SYMPTOM = "The loss is flat: after 150 steps it has fallen by less than 1%."
+EXPECTED = ("LR_TOO_LOW",)
+SECONDARY = ()
+TOOL = "monitor"
+LESSON = "Symptom 1: the loss does not decrease"
+FIX = "Raise the learning rate to 0.2; try values a factor of 10 apart before blaming anything else."
+TARGET = "validation accuracy >= 0.9"
+
+
+def symptom_seen(m: dict) -> bool:
+    return m["final_loss"] > 0.99 * m["first_loss"]
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = mlp([64, 32, 10])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)

@@ -1,0 +1,71 @@
+"""Inputs 1000 times larger than the network expects.
+
+The same sensor readings, logged in millimetres instead of metres. PyTorch's default
+initialisation assumes inputs of about unit scale; at 1000x the first layer's outputs are in
+the thousands, the logits saturate, and plain SGD at a learning rate that suits standardised
+data takes huge steps. Standardise every feature with the training split's mean and standard
+deviation before anything else.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import blobs, mlp, scores
+
+TITLE = "Inputs scaled by 1000"
+SYMPTOM = "The first loss is in the hundreds and training ends at NaN or far from the target."
+EXPECTED = ("UNNORMALIZED_INPUTS",)
+SECONDARY = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH", "NAN_OR_INF")
+TOOL = "monitor"
+LESSON = "Symptom 1: the loss does not decrease"
+FIX = "Standardise the inputs ((x - mean) / std, with training-split statistics)."
+TARGET = "validation accuracy >= 0.9"
+
+
+def symptom_seen(m: dict) -> bool:
+    return not m["first_loss"] < 10 or not m["val_accuracy"] >= 0.9
+
+
+def target_reached(m: dict) -> bool:
+    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = blobs(seed, features=10, classes=4, spread=1.5)
+    data = data._replace(x_train=data.x_train * 1000, x_val=data.x_val * 1000)  # mm, not m
+    model = mlp([10, 32, 4])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = blobs(seed, features=10, classes=4, spread=1.5)
+    model = mlp([10, 32, 4])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    criterion = nn.CrossEntropyLoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger)

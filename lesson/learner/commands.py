@@ -1,0 +1,193 @@
+"""`nndebug exercises | check | hint | watch`: the learner's side of the course."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Callable
+
+from lesson.learner.catalog import Exercise, find_course_root, find_exercise, load_exercises
+from lesson.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
+from lesson.learner.runner import CheckResult, run_notebook
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("--course-dir", type=Path, default=None,
+                        help="the course repository (default: found from the current folder)")
+    if command in {"check", "hint"}:
+        parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1")
+    if command == "exercises":
+        parser.add_argument("--recheck", action="store_true",
+                            help="run every started exercise again, even if unchanged")
+    if command == "watch":
+        parser.add_argument("exercise", nargs="?", default=None,
+                            help="the exercise to watch (default: the first one not done)")
+        parser.add_argument("--interval", type=float, default=1.0,
+                            help="seconds between looks at the notebook (default 1)")
+        parser.add_argument("--max-checks", type=int, default=0,
+                            help="stop after this many checks (default 0: until Ctrl-C)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        root = find_course_root(args.course_dir)
+        exercises = load_exercises()
+        if args.command == "exercises":
+            return show_progress(root, exercises, recheck=args.recheck)
+        if args.command == "check":
+            return check(root, find_exercise(args.exercise, exercises), exercises)
+        if args.command == "hint":
+            return hint(root, find_exercise(args.exercise, exercises))
+        if args.command == "watch":
+            chosen = find_exercise(args.exercise, exercises) if args.exercise else None
+            return watch(root, exercises, chosen, args.interval, args.max_checks)
+    except ValueError as exc:
+        print(f"nndebug {args.command}: {exc}")
+        return 2
+    raise ValueError(f"lesson.learner.commands does not serve {args.command!r}")
+
+
+# -- the pieces ------------------------------------------------------------------------------
+
+def is_untouched(path: Path) -> bool:
+    """True while every answer cell still holds exactly what the release put there."""
+    import nbformat
+    from nbgrader.utils import compute_checksum, is_solution
+
+    nb = nbformat.read(path, as_version=4)
+    answers = [c for c in nb.cells if is_solution(c)]
+    return all(c.metadata["nbgrader"].get("checksum") == compute_checksum(c) for c in answers)
+
+
+def record(root: Path, exercise: Exercise, result: CheckResult) -> None:
+    """Remember the outcome of a check that actually ran."""
+    progress = Progress(root)
+    entry = progress.get(exercise.name)
+    entry.status = DONE if result.passed else FAILING
+    entry.notebook_hash = notebook_hash(exercise.released(root))
+    earned, possible = result.score
+    entry.score = f"{earned:g}/{possible:g}"
+    progress.save()
+
+
+def status_of(root: Path, exercise: Exercise, recheck: bool = False) -> tuple[str, str]:
+    """(status, score): remembered while the notebook is unchanged, otherwise checked now."""
+    path = exercise.released(root)
+    if not path.is_file():
+        return "missing", ""
+    entry = Progress(root).get(exercise.name)
+    if not recheck and entry.status != NOT_STARTED and entry.notebook_hash == notebook_hash(path):
+        return entry.status, entry.score
+    if is_untouched(path):
+        return NOT_STARTED, ""
+    print(f"  checking {exercise.name} ...", flush=True)
+    result = run_notebook(path)
+    record(root, exercise, result)
+    entry = Progress(root).get(exercise.name)
+    return entry.status, entry.score
+
+
+def show_progress(root: Path, exercises: list[Exercise], recheck: bool = False) -> int:
+    rows = [(e, *status_of(root, e, recheck)) for e in exercises]
+    current = next((e.name for e, status, _ in rows if status != DONE), None)
+    width = max(len(e.name) for e in exercises)
+    print(f"\n   {'exercise':<{width}}  {'status':<11}  {'score':>6}  title")
+    for e, status, score in rows:
+        mark = "->" if e.name == current else "  "
+        print(f"{mark} {e.name:<{width}}  {status:<11}  {score:>6}  {e.title}")
+    done = sum(status == DONE for _, status, _ in rows)
+    print(f"\n{done}/{len(rows)} done." + (f" Next: nndebug check {current}" if current else
+                                              " All exercises pass: well done."))
+    return 0
+
+
+def report(exercise: Exercise, result: CheckResult, hints_shown: int) -> None:
+    """Each test's result, the first failure's message, and the offer of a hint."""
+    print(f"\n{exercise.name}: {exercise.title}")
+    if result.error:
+        print(f"  the notebook did not finish: {result.error}")
+    for t in result.tests:
+        print(f"  {'PASS' if t.passed else 'FAIL'}  {t.name} ({t.points:g} pt)")
+    earned, possible = result.score
+    print(f"  score on the visible tests: {earned:g}/{possible:g}")
+    failure = result.first_failure
+    if result.passed:
+        print("  All visible tests pass. The grader also runs hidden tests on inputs you have "
+              "not seen, so make sure your code does what the text asks, not only the example.")
+        return
+    if failure is not None:
+        print(f"\n  first failure, {failure.name}:\n    {failure.message or 'failed'}")
+    if hints_shown < len(exercise.hints):
+        print(f"\n  Stuck? nndebug hint {exercise.name} shows hint "
+              f"{hints_shown + 1} of {len(exercise.hints)}.")
+
+
+def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = None) -> int:
+    path = exercise.released(root)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist")
+    print(f"checking {path.relative_to(root)} ...", flush=True)
+    result = run_notebook(path)
+    record(root, exercise, result)
+    report(exercise, result, Progress(root).get(exercise.name).hints_shown)
+    if result.passed and exercises:
+        following = exercises[exercises.index(exercise) + 1:] if exercise in exercises else []
+        if following:
+            print(f"\n  Next: nndebug check {following[0].name}")
+    return 0 if result.passed else 1
+
+
+def hint(root: Path, exercise: Exercise) -> int:
+    progress = Progress(root)
+    entry = progress.get(exercise.name)
+    if not exercise.hints:
+        print(f"{exercise.name} has no hints.")
+        return 0
+    if entry.hints_shown >= len(exercise.hints):
+        print(f"No more hints for {exercise.name}; here they all are again:")
+        for i, text in enumerate(exercise.hints, 1):
+            print(f"  {i}. {text}")
+        return 0
+    entry.hints_shown += 1
+    progress.save()
+    print(f"Hint {entry.hints_shown} of {len(exercise.hints)} for {exercise.name}:\n"
+          f"  {exercise.hints[entry.hints_shown - 1]}")
+    return 0
+
+
+def current_exercise(root: Path, exercises: list[Exercise]) -> Exercise | None:
+    """The first exercise whose last check did not pass (rustlings' order)."""
+    progress = Progress(root)
+    return next((e for e in exercises if progress.get(e.name).status != DONE), None)
+
+
+def watch(root: Path, exercises: list[Exercise], chosen: Exercise | None, interval: float,
+          max_checks: int = 0, sleep: Callable[[float], None] = time.sleep,
+          checker: Callable[[Path, Exercise], int] | None = None) -> int:
+    """Check the current exercise now and again every time its notebook is saved.
+
+    Follows the course order (after a pass it moves on) unless an exercise was chosen. Stops
+    on Ctrl-C, when every exercise passes, or after `max_checks` checks (for scripts, tests).
+    """
+    checker = checker or (lambda r, e: check(r, e, exercises))
+    checks = 0
+    try:
+        while True:
+            exercise = chosen or current_exercise(root, exercises)
+            if exercise is None:
+                print("Every exercise passes. Nothing left to watch.")
+                return 0
+            path = exercise.released(root)
+            seen = path.stat().st_mtime_ns
+            passed = checker(root, exercise) == 0
+            checks += 1
+            if max_checks and checks >= max_checks:
+                return 0
+            if passed and chosen is None:
+                continue
+            print(f"\nwatching {path.relative_to(root)}: save it to check again (Ctrl-C stops)")
+            while path.stat().st_mtime_ns == seen:
+                sleep(interval)
+    except KeyboardInterrupt:
+        print("\nstopped watching.")
+        return 0

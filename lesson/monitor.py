@@ -1,0 +1,707 @@
+"""NetworkDebugger: watch a model while it trains, then say what is wrong with it.
+
+The lesson's API is kept word for word (`activation_stats`, `gradient_stats`, `loss_history`,
+`hooks`, `record_loss`, `check_loss_health`, `check_activations`, `check_gradients`,
+`print_report`, `remove_hooks`), but the measurements behind it are new:
+
+* hooks on every activation module (ReLU family, Sigmoid, Tanh, GELU, SiLU, Softmax, ...) and
+  on Linear, Conv, recurrent and attention outputs launch a few reductions on the tensor's own
+  device and keep no reference to it;
+* gradients are read from the parameters (`.grad` after each backward), never from module
+  outputs, so no full backward hook and no warning;
+* an optimizer (passed in, or found when it steps the model's parameters) lets the debugger
+  measure update/weight ratios and catch gradient bookkeeping bugs (missing `zero_grad()`,
+  parameters that no optimizer steps);
+* statistics are taken on "statistics steps" only (the first `warmup` steps, then every
+  `every` steps) and copied to the host once per such step, as one flat buffer.
+
+`diagnose()` turns the gathered evidence into `Finding`s (see `lesson.rules`). A record of
+every statistics step is kept in `history`; `add_callback(fn)` hands each new record to sinks
+and alerts as it is made.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                   register_optimizer_step_pre_hook)
+from torch.utils.hooks import RemovableHandle
+
+from lesson import rules
+from lesson.findings import Finding, sort_findings
+from lesson.restore import require_module
+from lesson.stats import (ACT_MAXES, ACT_SUMS, GRAD_MAXES, GRAD_SUMS, RELU_FAMILY, StepBuffer,
+                          activation_accumulators, first_tensor, gradient_accumulators,
+                          identity_reduce, squared_norms)
+
+try:  # written in parallel by the "inputs" helper; the monitor works without them
+    from lesson.loss_inputs import LossInputInspector
+except ImportError:  # pragma: no cover
+    LossInputInspector = None  # type: ignore[assignment,misc]
+try:
+    from lesson.batches import BatchInspector
+except ImportError:  # pragma: no cover
+    BatchInspector = None  # type: ignore[assignment,misc]
+
+DEFAULT_EVERY = 20
+"""Statistics every 20 steps after the warm-up: measured overhead <= 1.02x on the benchmark MLP
+(benchmarks/bench_monitor_overhead.py); every=1 costs about 1.05-1.10x there."""
+DEFAULT_WARMUP = 10
+"""The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
+and early failures (lr too high, dead init) show there."""
+DEFAULT_MAX_HISTORY = 2000
+"""Records kept; beyond that every other one is dropped (first and last kept), so a long run
+keeps its whole shape in bounded memory."""
+
+
+def _activation_classes() -> tuple[type[nn.Module], ...]:
+    """Every activation module torch defines (nn.modules.activation), MultiheadAttention aside."""
+    mod = nn.modules.activation
+    found = [obj for name in dir(mod) if isinstance(obj := getattr(mod, name), type)
+             and issubclass(obj, nn.Module) and obj is not nn.Module
+             and obj.__module__ == mod.__name__ and obj is not nn.MultiheadAttention]
+    return tuple(found)
+
+
+ACTIVATIONS = _activation_classes()
+LAYERS: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd, nn.RNNBase, nn.MultiheadAttention)
+#: Leaf modules whose output is their input (or a reshaped/masked copy): nothing new to measure.
+PASS_THROUGH: tuple[type[nn.Module], ...] = (
+    nn.modules.dropout._DropoutNd, nn.Identity, nn.Flatten, nn.Unflatten)
+
+
+def watched(module: nn.Module) -> bool:
+    """Activations, Linear/Conv/recurrent/attention layers, and every other leaf module
+    (normalisation, embeddings, the user's own layers), so a NaN is located where it starts."""
+    if isinstance(module, ACTIVATIONS + LAYERS):
+        return True
+    return not isinstance(module, PASS_THROUGH) and next(module.children(), None) is None
+#: Modules whose behaviour depends on model.train() / model.eval().
+MODE_DEPENDENT: tuple[type[nn.Module], ...] = (
+    nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+
+
+def _lr_of(optimizer: torch.optim.Optimizer) -> float | None:
+    if not optimizer.param_groups:
+        return None
+    lr = optimizer.param_groups[0].get("lr")
+    return float(lr) if lr is not None else None
+
+
+@dataclass
+class _ModeEvidence:
+    """Passes run in the wrong train/eval mode: how many, where, when first."""
+
+    count: int = 0
+    modules: list[str] = field(default_factory=list)
+    first_step: int | None = None
+
+    def add(self, names: list[str], step: int) -> None:
+        self.count += 1
+        if self.first_step is None:
+            self.first_step = step
+            self.modules = names
+
+
+class _WatchedLoss:
+    """A plain loss function wrapped so the debugger sees what goes into it."""
+
+    def __init__(self, fn: Callable[..., Any], debugger: "NetworkDebugger") -> None:
+        self.fn = fn
+        self._debugger = weakref.ref(debugger)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__wrapped__ = fn
+
+    def __call__(self, output: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        debugger = self._debugger()
+        if debugger is not None:
+            debugger._observe_loss_inputs(output, target, self.fn)
+        return self.fn(output, target, *args, **kwargs)
+
+
+class NetworkDebugger:
+    """Hooks into a model to record activation, gradient and update statistics per layer."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 criterion: Callable[..., Any] | None = None, *, every: int = DEFAULT_EVERY,
+                 warmup: int = DEFAULT_WARMUP, max_history: int = DEFAULT_MAX_HISTORY,
+                 thresholds: rules.Thresholds | None = None) -> None:
+        require_module(model)
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, "
+                            f"got {type(optimizer).__name__}")
+        if criterion is not None and not callable(criterion):
+            raise TypeError(f"criterion must be a loss module or function, "
+                            f"got {type(criterion).__name__}")
+        for name, value, low in (("every", every, 1), ("warmup", warmup, 0),
+                                 ("max_history", max_history, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.model = model
+        self.optimizer = optimizer
+        self.every, self.warmup, self.max_history = every, warmup, max_history
+        self.thresholds = thresholds or rules.Thresholds()
+        # the lesson's attributes
+        self.loss_history_raw: list[float | torch.Tensor] = []
+        self.lr_losses: list[tuple[float, float]] = []
+        self.hooks: list[RemovableHandle] = []
+        # new public state
+        self.history: list[dict[str, Any]] = []
+        self.val_loss_history: list[float] = []
+        self.errors: list[str] = []
+        self._val_at: list[int] = []            # len(loss_history) when each val loss came
+        self._callbacks: list[Callable[[dict[str, Any]], None]] = []
+        self._reduce = identity_reduce
+        # step bookkeeping
+        self._step = 0                         # the step whose passes are running now
+        self._closed_step = -1                 # last step whose record is written
+        self._buf = StepBuffer()
+        self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
+        self._loss_mark = 0                    # len(loss_history_raw) at the last record
+        self._opt_steps = 0
+        self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
+        self._backward_since_forward = False
+        self._backwards = 0
+        self._forwards = 0
+        self._pass_counted = True
+        self._pass_eval_modules: list[str] = []
+        self._nobackward_streak = 0
+        self._last_pass_train_modules: list[str] = []
+        self._last_pass_grad = False
+        self.eval_mode_training = _ModeEvidence()
+        self.train_mode_eval = _ModeEvidence()
+        self._graph_checked = False
+        self._foreign: list[tuple[weakref.ref, tuple[int, ...]]] = []
+        self._foreign_unstepped: dict[str, int] = {}
+        self._unstepped: dict[str, int] = {}
+        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
+        # what to watch
+        self._layer_kinds: dict[str, str] = {}
+        self._layer_order: list[str] = []
+        self._params: list[tuple[str, nn.Parameter]] = [
+            (n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
+        self._got_grad = [False] * len(self._params)
+        self._grad_this_step = [False] * len(self._params)
+        self._last_bw_gen = [-1] * len(self._params)
+        self._mode_modules = [(n, m) for n, m in model.named_modules()
+                              if isinstance(m, MODE_DEPENDENT)]
+        self.loss_inspector = LossInputInspector() if LossInputInspector is not None else None
+        self.batch_inspector = BatchInspector() if BatchInspector is not None else None
+        self.criterion: Callable[..., Any] | None = criterion
+        self._register_hooks()
+        if criterion is not None:
+            self._watch_criterion(criterion)
+
+    # -- hooks --------------------------------------------------------------------------------
+    def _register_hooks(self) -> None:
+        model = self.model
+        self.hooks.append(model.register_forward_pre_hook(self._on_root_forward,
+                                                          with_kwargs=True))
+        self.hooks.append(model.register_forward_hook(self._on_root_output, with_kwargs=True))
+        for name, module in model.named_modules():
+            if watched(module):
+                name = name or type(module).__name__
+                self._layer_kinds[name] = type(module).__name__
+                self.hooks.append(module.register_forward_hook(
+                    self._activation_hook(name, isinstance(module, RELU_FAMILY))))
+        for i, (name, p) in enumerate(self._params):
+            self.hooks.append(p.register_hook(self._fresh_grad_hook(i)))
+            self.hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+        if self.optimizer is not None:
+            self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
+            self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
+        else:  # find the optimizer when it first steps one of our parameters
+            self.hooks.append(register_optimizer_step_pre_hook(self._on_any_step_pre))
+            self.hooks.append(register_optimizer_step_post_hook(self._on_any_step_post))
+
+    def _watch_criterion(self, criterion: Callable[..., Any]) -> None:
+        if isinstance(criterion, nn.Module):
+            def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
+                if len(args) >= 2:
+                    self._observe_loss_inputs(args[0], args[1], module)
+            self.hooks.append(criterion.register_forward_pre_hook(pre))
+        else:
+            self.criterion = _WatchedLoss(criterion, self)
+
+    def _is_stats_step(self) -> bool:
+        s = self._step
+        return s != self._closed_step and (s < self.warmup or s % self.every == 0)
+
+    def _collecting(self) -> bool:
+        return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
+
+    def _error(self, where: str, exc: Exception) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
+
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if not self._collecting():
+                return
+            t = first_tensor(output)
+            if t is None or t.dim() == 0 or t.numel() == 0:
+                return
+            try:
+                sums, maxes, count, n = activation_accumulators(t, relu_like)
+            except Exception as exc:  # the user's training must never break on a statistic
+                self._error(name, exc)
+                return
+            key = ("act", name)
+            old = self._buf.maxes.get(key)
+            if old is not None and old.shape != maxes.shape:
+                key = ("act", f"{name}#{maxes.numel()}")   # called again on another shape
+            if key[1] not in self._layer_order:
+                self._layer_order.append(key[1])
+                self._layer_kinds.setdefault(key[1], type(module).__name__)
+            self._buf.add_sum(key, sums)
+            self._buf.add_max(key, maxes)
+            self._buf.add_counts(key, [count, 1, n])
+        return hook
+
+    def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        """Runs before this backward's gradient is added into p.grad."""
+        def hook(grad: torch.Tensor) -> None:
+            self._got_grad[i] = True
+            self._grad_this_step[i] = True
+            self._backward_since_forward = True
+            if not self._pass_counted:        # the first gradient of this pass's backward
+                self._pass_counted = True
+                self._backwards += 1
+                if self._pass_eval_modules:
+                    self.eval_mode_training.add(self._pass_eval_modules, self._step)
+            if self._last_bw_gen[i] != self._opt_steps:
+                self._last_bw_gen[i] = self._opt_steps
+                name, p = self._params[i]
+                if self._opt_steps > 0 and p.grad is not None and self._is_stats_step():
+                    try:  # gradient left over from before the last optimizer step
+                        stale = torch.linalg.vector_norm(p.grad.detach().float())
+                        self._buf.set_sum(("stale", name), (stale * stale).reshape(1))
+                    except Exception as exc:
+                        self._error(name, exc)
+        return hook
+
+    def _grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        """Runs after p.grad holds this backward's gradient (accumulated, as the step sees it)."""
+        def hook(p: torch.Tensor) -> None:
+            if p.grad is None or not self._is_stats_step():
+                return
+            name = self._params[i][0]
+            try:
+                sums, maxes = gradient_accumulators(p.grad)
+            except Exception as exc:
+                self._error(name, exc)
+                return
+            self._buf.set_sum(("grad", name), sums)
+            self._buf.maxes[("grad", name)] = maxes
+            self._buf.counts[("grad", name)] = [float(p.numel())]
+        return hook
+
+    def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> None:
+        grad = torch.is_grad_enabled()
+        if self.optimizer is None and self._forwards > 0 \
+                and (self._backward_since_forward or self._backwards == 0):
+            self._advance()       # no optimizer: a pass after a backward starts a new step
+        self._forwards += 1
+        # a pass with gradients but no backward before this one: an evaluation pass?
+        if self._last_pass_grad and not self._backward_since_forward \
+                and self._last_pass_train_modules:
+            self._nobackward_streak += 1
+            if self._nobackward_streak >= 3:
+                self.train_mode_eval.add(self._last_pass_train_modules, self._step)
+        elif self._backward_since_forward:
+            self._nobackward_streak = 0
+        self._backward_since_forward = False
+        train_names = [n for n, m in self._mode_modules if m.training]
+        eval_names = [n for n, m in self._mode_modules if not m.training]
+        self._last_pass_grad = grad
+        self._last_pass_train_modules = train_names
+        if grad:
+            self._pass_counted = False
+            self._pass_eval_modules = eval_names
+        elif train_names:
+            self.train_mode_eval.add(train_names, self._step)
+        if self.batch_inspector is not None and self._collecting():
+            x = first_tensor(args) if args else first_tensor(kwargs)
+            if x is not None:
+                try:
+                    self.batch_inspector.observe_inputs(x)
+                except Exception as exc:
+                    self._error("batch inspector", exc)
+
+    def _on_root_output(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        if self._graph_checked or not torch.is_grad_enabled():
+            return
+        out = first_tensor(output)
+        if out is None or out.grad_fn is None:
+            return
+        self._graph_checked = True
+        known = {id(p) for _, p in self.model.named_parameters()}
+        inputs = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
+        known |= {id(t) for t in inputs}
+        for leaf in _graph_leaves(out):
+            if id(leaf) not in known and leaf.requires_grad:
+                self._foreign.append((weakref.ref(leaf), tuple(leaf.shape)))
+
+    def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
+        if not self._collecting():
+            return
+        try:
+            if self.loss_inspector is not None:
+                self.loss_inspector.observe(output, target, criterion, step=self._step)
+            if self.batch_inspector is not None and isinstance(target, torch.Tensor):
+                self.batch_inspector.observe_targets(target)
+        except Exception as exc:
+            self._error("loss inspector", exc)
+
+    # -- optimizer steps ----------------------------------------------------------------------
+    def _holds(self, optimizer: torch.optim.Optimizer) -> set[int]:
+        return {id(p) for g in optimizer.param_groups for p in g["params"]}
+
+    def _on_any_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.optimizer is None:
+            mine = {id(p) for _, p in self._params}
+            if mine & self._holds(optimizer):
+                self.optimizer = optimizer
+        if optimizer is self.optimizer:
+            self._on_step_pre(optimizer, args, kwargs)
+
+    def _on_any_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if optimizer is self.optimizer:
+            self._on_step_post(optimizer, args, kwargs)
+
+    def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        held = self._holds(optimizer)
+        for i, (name, p) in enumerate(self._params):
+            if self._grad_this_step[i] and (id(p) not in held or p.grad is None):
+                self._unstepped[name] = self._unstepped.get(name, 0) + 1
+        for ref, shape in self._foreign:
+            t = ref()
+            if t is not None and t.grad is not None and id(t) not in held:
+                key = f"unregistered tensor {list(shape)}"
+                self._foreign_unstepped[key] = self._foreign_unstepped.get(key, 0) + 1
+        if not self._is_stats_step():
+            return
+        try:
+            names = [n for n, p in self._params if id(p) in held and p.grad is not None]
+            tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
+            for name, sq in zip(names, squared_norms(tensors)):
+                self._buf.set_sum(("weight", name), sq.reshape(1))
+            self._before = (names, tensors, [t.clone() for t in tensors])
+        except Exception as exc:
+            self._error("optimizer step", exc)
+
+    def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._before is not None:
+            names, tensors, before = self._before
+            self._before = None
+            try:
+                torch._foreach_sub_(before, tensors)
+                for name, sq in zip(names, squared_norms(before)):
+                    self._buf.set_sum(("update", name), sq.reshape(1))
+            except Exception as exc:
+                self._error("optimizer step", exc)
+            del before
+        lr = _lr_of(optimizer)
+        if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
+            self._lrs.append((self._step, lr))
+        self._opt_steps += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        """End the current step: write its record if it was a statistics step."""
+        if self._is_stats_step() and self._buf:
+            self._close()
+        self._step += 1
+        self._grad_this_step = [False] * len(self._params)
+
+    # -- records ------------------------------------------------------------------------------
+    def _close(self) -> None:
+        buf, self._buf = self._buf, StepBuffer()
+        step, self._closed_step = self._step, self._step
+        if not any(k[0] == "weight" for k in buf.sums) and self._params:
+            for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
+                buf.set_sum(("weight", name), sq.reshape(1))
+        pending = self._loss_pending
+        if pending:
+            ts = [self.loss_history_raw[i] for i in pending]
+            dev = ts[0].device  # type: ignore[union-attr]
+            buf.set_value(("losses",), torch.stack([t.reshape(()).to(dev, torch.float64)
+                                                    for t in ts]))  # type: ignore[union-attr]
+        host = buf.gather(self._reduce)
+        if pending:
+            for i, v in zip(pending, host["values"][("losses",)]):
+                self.loss_history_raw[i] = v
+            self._loss_pending = []
+        loss = None
+        if len(self.loss_history_raw) > self._loss_mark:
+            loss = float(self.loss_history_raw[-1])
+        self._loss_mark = len(self.loss_history_raw)
+        record = self._decode(step, host)
+        record["loss"] = loss
+        self.history.append(record)
+        if len(self.history) > self.max_history:
+            self.history[:] = self.history[:1] + self.history[2:-1:2] + self.history[-1:]
+        for fn in list(self._callbacks):
+            fn(record)
+
+    def _decode(self, step: int, host: dict[str, dict[Any, list[float]]]) -> dict[str, Any]:
+        sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
+        layers: dict[str, dict[str, Any]] = {}
+        for key, s in sums.items():
+            if key[0] != "act":
+                continue
+            a = dict(zip(ACT_SUMS, s))
+            m = maxes[key]
+            count, calls, samples = counts[key]
+            mean = a["sum"] / count
+            var = a["sumsq"] / count - mean * mean
+            flags = m[len(ACT_MAXES):]
+            layers[key[1]] = {
+                "kind": self._layer_kinds.get(key[1], "?"),
+                "act_mean": mean,
+                "act_std": math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
+                "act_min": -m[1], "act_max": m[0],
+                "zero_fraction": a["zeros"] / count,
+                "dead_fraction": (1.0 - sum(flags) / len(flags)) if flags else None,
+                "sample_std": a["sample_std"] / calls,
+                "nonfinite": int(a["nonfinite"]) if math.isfinite(a["nonfinite"]) else 1,
+                "samples": int(samples / calls),
+            }
+        params: dict[str, dict[str, Any]] = {}
+        for name, p in self._params:
+            g = sums.get(("grad", name))
+            w = sums.get(("weight", name))
+            u = sums.get(("update", name))
+            st = sums.get(("stale", name))
+            weight_norm = math.sqrt(w[0]) if w else float("nan")
+            entry: dict[str, Any] = {
+                "grad_norm": None, "weight_norm": weight_norm, "update_ratio": None,
+                "nonfinite_grad": 0, "layer": self._param_layer[name], "numel": p.numel(),
+                "ndim": p.dim(), "stale_grad_norm": math.sqrt(st[0]) if st else None}
+            if g:
+                gs = dict(zip(GRAD_SUMS, g))
+                gm = dict(zip(GRAD_MAXES, maxes[("grad", name)]))
+                numel = counts[("grad", name)][0]
+                entry.update(grad_norm=math.sqrt(gs["sumsq"]), grad_abs_mean=gs["abs_sum"] / numel,
+                             grad_mean=gs["sum"] / numel, grad_max=gm["abs_max"],
+                             nonfinite_grad=int(gs["nonfinite"] > 0))
+            if u and weight_norm > 0:
+                entry["update_ratio"] = math.sqrt(u[0]) / weight_norm
+            elif u:
+                entry["update_ratio"] = None
+            if u:
+                entry["update_norm"] = math.sqrt(u[0])
+            params[name] = entry
+        lr = self._current_lr()
+        return {"step": step, "loss": None, "lr": lr, "layers": layers, "params": params}
+
+    def _current_lr(self) -> float | None:
+        return _lr_of(self.optimizer) if self.optimizer is not None else None
+
+    def _flush(self) -> None:
+        """Write the record of a statistics step still in progress (before reading results)."""
+        if self._buf and self._is_stats_step():
+            self._close()
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The latest record (None before the first statistics step)."""
+        self._flush()
+        return self.history[-1] if self.history else None
+
+    def add_callback(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call `fn(record)` with every new record (sinks, alerts, plots hang here)."""
+        if not callable(fn):
+            raise TypeError(f"callback must be callable, got {type(fn).__name__}")
+        self._callbacks.append(fn)
+
+    # -- losses -------------------------------------------------------------------------------
+    def record_loss(self, loss_value: float | torch.Tensor) -> None:
+        """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
+        self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
+        if isinstance(self.loss_history_raw[-1], torch.Tensor):
+            self._loss_pending.append(len(self.loss_history_raw) - 1)
+
+    def record_val_loss(self, loss_value: float | torch.Tensor) -> None:
+        """Record one validation loss (read at once: validation is rare)."""
+        value = self._loss_value(loss_value, "validation loss")
+        self.val_loss_history.append(float(value))
+        self._val_at.append(len(self.loss_history_raw))
+
+    @staticmethod
+    def _loss_value(value: Any, what: str) -> float | torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"{what} must be a number or a 0-dim tensor, "
+                                 f"got a tensor of shape {tuple(value.shape)}")
+            return value.detach().reshape(())
+        if isinstance(value, bool) or not hasattr(value, "__float__"):
+            raise TypeError(f"{what} must be a number or a 0-dim tensor, got {type(value).__name__}")
+        return float(value)
+
+    @property
+    def loss_history(self) -> list[float]:
+        """Recorded losses as floats (pending tensors are copied to the host in one transfer)."""
+        if self._loss_pending:
+            ts = [self.loss_history_raw[i] for i in self._loss_pending]
+            dev = ts[0].device  # type: ignore[union-attr]
+            values = torch.stack([t.to(dev, torch.float64) for t in ts]).tolist()  # type: ignore
+            for i, v in zip(self._loss_pending, values):
+                self.loss_history_raw[i] = v
+            self._loss_pending = []
+        return [float(v) for v in self.loss_history_raw]
+
+    # -- the lesson's views -------------------------------------------------------------------
+    @property
+    def activation_stats(self) -> dict[str, dict[str, float]]:
+        """Latest per-layer activation statistics, with the lesson's keys."""
+        rec = self._latest_with("layers")
+        return {name: {"mean": s["act_mean"], "std": s["act_std"],
+                       "fraction_zero": s["zero_fraction"], "min": s["act_min"],
+                       "max": s["act_max"], "dead_fraction": s["dead_fraction"],
+                       "sample_std": s["sample_std"]}
+                for name, s in (rec["layers"].items() if rec else [])}
+
+    @property
+    def gradient_stats(self) -> dict[str, dict[str, float]]:
+        """Latest gradient statistics per layer, from its parameters' gradients."""
+        rec = self._latest_with("params", lambda p: p["grad_norm"] is not None)
+        out: dict[str, dict[str, float]] = {}
+        for name, p in (rec["params"].items() if rec else []):
+            if p["grad_norm"] is None:
+                continue
+            layer = p["layer"] or name
+            n = p["numel"]
+            acc = out.setdefault(layer, {"n": 0, "sum": 0.0, "sumsq": 0.0, "abs": 0.0,
+                                         "max": 0.0})
+            acc["n"] += n
+            acc["sum"] += p["grad_mean"] * n
+            acc["sumsq"] += p["grad_norm"] ** 2
+            acc["abs"] += p["grad_abs_mean"] * n
+            acc["max"] = max(acc["max"], p["grad_max"])
+        result = {}
+        for layer, a in out.items():
+            mean = a["sum"] / a["n"]
+            var = a["sumsq"] / a["n"] - mean * mean
+            result[layer] = {"mean": mean, "std": math.sqrt(var) if var > 0 else 0.0,
+                             "abs_mean": a["abs"] / a["n"], "max": a["max"],
+                             "norm": math.sqrt(a["sumsq"])}
+        return result
+
+    def _latest_with(self, part: str, want: Callable[[dict[str, Any]], bool] | None = None
+                     ) -> dict[str, Any] | None:
+        self._flush()
+        for rec in reversed(self.history):
+            items = rec[part].values()
+            if items and (want is None or any(want(v) for v in items)):
+                return rec
+        return None
+
+    # -- diagnosis ----------------------------------------------------------------------------
+    def evidence(self) -> rules.Evidence:
+        """Everything the rules judge, gathered from the hooks (see lesson.rules)."""
+        self._flush()
+        never = [n for (n, _), got in zip(self._params, self._got_grad) if not got]
+        return rules.Evidence(
+            history=list(self.history), losses=self.loss_history,
+            val_losses=list(self.val_loss_history), val_at=list(self._val_at),
+            lrs=list(self._lrs), steps=self._step, optimizer_steps=self._opt_steps,
+            backwards=self._backwards, has_optimizer=self.optimizer is not None,
+            layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
+            never_grad=never, unstepped=dict(self._unstepped) | dict(self._foreign_unstepped),
+            symmetric=_symmetric_layers(self.model),
+            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
+
+    def diagnose(self) -> list[Finding]:
+        """What is wrong, most important first; an empty list when the run looks healthy."""
+        found = rules.evaluate(self.evidence(), self.thresholds)
+        step = self._step
+        for inspector in (self.loss_inspector, self.batch_inspector):
+            if inspector is not None:
+                try:
+                    found.extend(inspector.findings(step))
+                except Exception as exc:
+                    self._error(type(inspector).__name__, exc)
+        unique: dict[tuple[str, str | None], Finding] = {}
+        for f in found:
+            unique.setdefault((f.code, f.layer), f)
+        return sort_findings(list(unique.values()))
+
+    def check_loss_health(self) -> str:
+        """The lesson's verdict on the loss curve: HEALTHY, NAN_OR_INF, NOT_DECREASING,
+        OSCILLATING or NOT_ENOUGH_DATA."""
+        return rules.loss_verdict(self.loss_history, self.thresholds)
+
+    def check_activations(self) -> list[str]:
+        """Activation problems with the lesson's verdict words, or ["HEALTHY"]."""
+        return self._verdicts({"DEAD_NEURONS", "EXPLODING_ACTIVATIONS", "COLLAPSED_ACTIVATIONS"})
+
+    def check_gradients(self) -> list[str]:
+        """Gradient problems with the lesson's verdict words, or ["HEALTHY"]."""
+        return self._verdicts({"VANISHING_GRADIENT", "EXPLODING_GRADIENT"})
+
+    def _verdicts(self, codes: set[str]) -> list[str]:
+        items = [f"{f.code}: {f.layer + ' ' if f.layer else ''}{f.message}"
+                 for f in self.diagnose() if f.code in codes]
+        return items or ["HEALTHY"]
+
+    def print_report(self) -> None:
+        """Findings first (evidence and fix), then the lesson's per-layer tables."""
+        from lesson.report_text import format_report
+        print(format_report(self))
+
+    def remove_hooks(self) -> None:
+        """Detach every hook from the model, its parameters, the optimizer and the criterion."""
+        for handle in self.hooks:
+            handle.remove()
+        self.hooks.clear()
+
+    def __enter__(self) -> "NetworkDebugger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove_hooks()
+
+
+def _graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
+    """Leaf tensors that receive gradients from `out` (AccumulateGrad nodes of its graph)."""
+    leaves, seen, stack = [], set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            leaves.append(var)
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return leaves
+
+
+@torch.no_grad()
+def _symmetric_layers(model: nn.Module) -> dict[str, dict[str, float]]:
+    """Linear/Conv layers whose rows (output units) are all identical: spread of rows / scale."""
+    out = {}
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if not isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) or w is None \
+                or w.shape[0] < 2 or w.is_meta:
+            continue
+        rows = w.detach().float().reshape(w.shape[0], -1)
+        spread = (rows - rows[:1]).abs().amax()
+        scale = rows.abs().amax()
+        out[name or type(m).__name__] = (spread, scale, w.shape[0])
+    if not out:
+        return {}
+    values = torch.stack([torch.stack([s, c]) for s, c, _ in out.values()]).tolist()
+    return {name: {"row_spread": v[0], "weight_scale": v[1], "units": units}
+            for (name, (_, _, units)), v in zip(out.items(), values)}

@@ -1,0 +1,52 @@
+"""The debugger's text report: findings with evidence and fixes, then per-layer tables."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lesson.monitor import NetworkDebugger
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_num(x) for x in list(v)[:6]) + (", ..." if len(v) > 6 else "") + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_num(x)}" for k, x in list(v.items())[:6]) + "}"
+    return str(v)
+
+
+def format_report(debugger: "NetworkDebugger") -> str:
+    """Everything `print_report()` prints, as one string."""
+    findings = debugger.diagnose()
+    losses = debugger.loss_history
+    lines = ["", "=== NETWORK DEBUGGER REPORT ==="]
+    if findings:
+        lines.append(f"\nFindings ({len(findings)}, most important first):")
+        for f in findings:
+            where = f" [{f.layer}]" if f.layer else ""
+            when = f" (from step {f.step})" if f.step is not None else ""
+            lines.append(f"  {f.severity.name:<8} {f.code}{where}{when}: {f.message}")
+            if f.evidence:
+                lines.append("           evidence: " + ", ".join(
+                    f"{k}={_num(v)}" for k, v in f.evidence.items() if v is not None))
+            lines.append(f"           fix: {f.advice}")
+    else:
+        lines.append("\nFindings: none, the run looks healthy.")
+    lines.append(f"\nLoss health: {debugger.check_loss_health()}")
+    if losses:
+        lines.append(f"  Last 5 losses: {[f'{v:.4f}' for v in losses[-5:]]}")
+    lines.append("\nPer-layer activation stats (latest statistics step):")
+    for name, s in debugger.activation_stats.items():
+        dead = "" if s["dead_fraction"] is None else f" dead={s['dead_fraction']:.0%}"
+        lines.append(f"  {name}: mean={s['mean']:.4f} std={s['std']:.4f} "
+                     f"zero={s['fraction_zero']:.1%}{dead} across-batch std={s['sample_std']:.2e}")
+    lines.append("\nPer-layer gradient stats (from parameter gradients):")
+    for name, s in debugger.gradient_stats.items():
+        lines.append(f"  {name}: abs_mean={s['abs_mean']:.2e} max={s['max']:.2e} "
+                     f"norm={s['norm']:.2e}")
+    if debugger.errors:
+        lines.append("\nStatistics that could not be taken:")
+        lines += [f"  {e}" for e in debugger.errors]
+    return "\n".join(lines)

@@ -1,0 +1,587 @@
+"""Evidence -> findings: the debugger's judgement, with every threshold named in one place.
+
+The monitor gathers numbers (`Evidence`); the rules here decide what they mean. Rules never
+touch hooks or tensors: they read plain Python records, so each one can be tested on
+hand-written evidence, and a reader can check every threshold against its reason below.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lesson.findings import Finding
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every number the rules compare against, with the reason it has that value."""
+
+    dead_fraction: float = 0.5
+    """DEAD_NEURONS: share of a ReLU layer's units that output 0 for every sample of the batch.
+    A healthy ReLU layer has about half its *outputs* at 0 but almost no unit that is 0 for
+    every sample; "most units dead" is the lesson's >50%, applied to units, not outputs."""
+    dead_min_samples: int = 4
+    """A unit is only called dead when at least this many samples all gave it 0."""
+    recent_records: int = 3
+    """Layer-level findings must hold in each of the latest records (up to this many)."""
+    collapse_ratio: float = 1e-4
+    """COLLAPSED_ACTIVATIONS: spread across the batch / the layer's own scale below this."""
+    exploding_activation_rms: float = 1e3
+    """EXPLODING_ACTIVATIONS: root-mean-square of a layer's output above this (inputs and
+    healthy layers sit near 1; the lesson flags |mean| > 10, which a 100x scaled input hits)."""
+    activation_growth: float = 1e2
+    """EXPLODING_ACTIVATIONS: a layer's rms grew by this factor between first and last record."""
+    vanishing_ratio: float = 1e-3
+    """VANISHING_GRADIENT: relative gradient (||grad|| / ||weight||) of the first weight layer
+    over that of the last one below this: three orders of magnitude."""
+    vanishing_min_layers: int = 3
+    """Vanishing gradients need depth: at least this many weight layers."""
+    exploding_grad_to_weight: float = 10.0
+    """EXPLODING_GRADIENT: total gradient norm over total weight norm above this."""
+    exploding_grad_norm: float = 1e4
+    """EXPLODING_GRADIENT: total gradient norm above this, whatever the weights."""
+    grad_growth: float = 1e2
+    """EXPLODING_GRADIENT: total gradient norm grew by this factor since the first record."""
+    clip_percentile: float = 90.0
+    """The suggested clip value is this percentile of the total gradient norm of healthy steps:
+    steps before the explosion whose norm is within `clip_calm_factor` of the early median."""
+    clip_calm_factor: float = 3.0
+    lr_high_update_ratio: float = 1.0
+    """LR_TOO_HIGH: typical update/weight ratio at or above this (each step moves a weight
+    matrix by its own size; the usual rule of thumb is ~1e-3)."""
+    lr_high_ratio_with_bad_loss: float = 1e-2
+    """LR_TOO_HIGH when the loss also rises, oscillates or blows up: ratio above this."""
+    loss_rise: float = 1.1
+    """The loss 'rises' when its last quarter averages this much more than its first quarter."""
+    loss_blowup: float = 10.0
+    """The loss 'blows up' when it reaches this many times its first value."""
+    oscillation_sign_changes: float = 0.5
+    """OSCILLATING: share of consecutive differences that change sign, at least this..."""
+    oscillation_amplitude: float = 0.1
+    """...with a mean |difference| of at least this share of the loss level."""
+    lr_oscillation_amplitude: float = 0.5
+    """LR_TOO_HIGH from oscillation needs jumps of half the loss level and no progress."""
+    not_decreasing: float = 0.99
+    """NOT_DECREASING (lesson verdict): last-10 mean >= this x first-10 mean."""
+    min_losses: int = 8
+    """Trend rules need at least this many recorded losses."""
+    lr_low_update_ratio: float = 1e-4
+    """LR_TOO_LOW: typical update/weight ratio below this..."""
+    lr_low_loss_change: float = 0.02
+    """...while the loss changed by less than this share over the run..."""
+    lr_low_grad_ratio: float = 1e-3
+    """...and gradients are not tiny (||grad|| / ||weight|| above this: not converged)."""
+    lr_decay_factor: float = 1e-3
+    """LR_DECAYED: the learning rate fell below this share of its peak..."""
+    lr_decay_min_share: float = 0.1
+    """...and stayed there for at least this share of the run (a cosine schedule touches 0
+    only in its last ~2% of steps)."""
+    lr_decay_min_steps: int = 5
+    """...and for at least this many steps."""
+    stale_grad_ratio: float = 0.01
+    """MISSING_ZERO_GRAD: the gradient left in .grad at the first backward after a step is
+    above this share of the gradient the step then sees..."""
+    stale_share: float = 0.5
+    """...for at least this share of the parameters checked."""
+    min_events: int = 2
+    """Bookkeeping and mode rules need at least this many offending steps or passes."""
+    mode_share: float = 0.5
+    """EVAL_MODE_DURING_TRAINING: share of training passes run in eval mode."""
+    symmetric_spread: float = 1e-6
+    """SYMMETRIC_WEIGHTS: largest difference between rows / largest |weight| below this."""
+    overfit_rise: float = 0.05
+    """OVERFITTING: the last validation loss is this share above its best..."""
+    overfit_after_best: int = 2
+    """...at least this many validation points after the best one."""
+
+
+@dataclass
+class Evidence:
+    """What the monitor saw, as plain Python values."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    val_at: list[int] = field(default_factory=list)
+    lrs: list[tuple[int, float]] = field(default_factory=list)
+    steps: int = 0
+    optimizer_steps: int = 0
+    backwards: int = 0
+    has_optimizer: bool = False
+    layer_order: list[str] = field(default_factory=list)
+    layer_kinds: dict[str, str] = field(default_factory=dict)
+    never_grad: list[str] = field(default_factory=list)
+    unstepped: dict[str, int] = field(default_factory=dict)
+    symmetric: dict[str, dict[str, float]] = field(default_factory=dict)
+    eval_mode_training: Any = None
+    train_mode_eval: Any = None
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _sig(x: float) -> float:
+    """Round to two significant digits (evidence and suggestions read better)."""
+    return float(f"{x:.2g}") if _finite(x) and x != 0 else x
+
+
+# -- loss curve ----------------------------------------------------------------------------------
+def _quarters(losses: list[float]) -> tuple[float, float]:
+    q = max(1, len(losses) // 4)
+    return _mean(losses[:q]), _mean(losses[-q:])
+
+
+def oscillation(losses: list[float], reference: float) -> tuple[float, float, float]:
+    """(share of sign changes, mean |diff| / loss level, net change / total variation)."""
+    d = [b - a for a, b in zip(losses, losses[1:])]
+    if len(d) < 2:
+        return 0.0, 0.0, 1.0
+    changes = sum(1 for a, b in zip(d, d[1:]) if a * b < 0) / (len(d) - 1)
+    level = max(_mean([abs(v) for v in losses]), 1e-3 * abs(reference), 1e-12)
+    total = sum(abs(x) for x in d)
+    net = abs(losses[-1] - losses[0]) / total if total > 0 else 1.0
+    return changes, _mean([abs(x) for x in d]) / level, net
+
+
+def loss_verdict(losses: list[float], th: Thresholds = Thresholds()) -> str:
+    """The lesson's words for a loss curve, decided the way the lesson meant them."""
+    if len(losses) < 2:
+        return "NOT_ENOUGH_DATA"
+    if any(not math.isfinite(v) for v in losses):
+        return "NAN_OR_INF"
+    if len(losses) >= 20 and _mean(losses[-10:]) >= th.not_decreasing * _mean(losses[:10]):
+        return "NOT_DECREASING"
+    recent = losses[-10:]
+    if len(recent) >= 5:
+        changes, amplitude, net = oscillation(recent, max(abs(v) for v in losses[:10]))
+        if changes >= th.oscillation_sign_changes and amplitude >= th.oscillation_amplitude \
+                and net < 0.5:
+            return "OSCILLATING"
+    return "HEALTHY"
+
+
+# -- helpers over records ------------------------------------------------------------------------
+def _weight_params(rec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(n, p) for n, p in rec["params"].items() if p.get("ndim", 2) >= 2]
+
+
+def _median_update_ratio(rec: dict[str, Any]) -> float | None:
+    ratios = [p["update_ratio"] for _, p in _weight_params(rec) if _finite(p["update_ratio"])]
+    return statistics.median(ratios) if ratios else None
+
+
+def _total_norm(rec: dict[str, Any], key: str) -> float | None:
+    vals = [p[key] for p in rec["params"].values() if p.get(key) is not None]
+    if not vals:
+        return None
+    return math.sqrt(sum(v * v for v in vals))
+
+
+def _recent_layers(ev: Evidence, th: Thresholds) -> list[dict[str, Any]]:
+    recs = [r for r in ev.history if r["layers"]]
+    return recs[-th.recent_records:]
+
+
+def _first_step(ev: Evidence, test: Callable[[dict[str, Any]], bool]) -> int | None:
+    for rec in ev.history:
+        if test(rec):
+            return rec["step"]
+    return None
+
+
+def _rms(s: dict[str, Any]) -> float:
+    return math.sqrt(s["act_std"] ** 2 + s["act_mean"] ** 2)
+
+
+# -- rules ---------------------------------------------------------------------------------------
+def rule_nonfinite(ev: Evidence, th: Thresholds) -> list[Finding]:
+    bad_loss = next((i for i, v in enumerate(ev.losses) if not math.isfinite(v)), None)
+    first_rec, layer, params = None, None, []
+    for rec in ev.history:
+        layers = [n for n, s in rec["layers"].items() if s["nonfinite"]]
+        params = [n for n, p in rec["params"].items() if p.get("nonfinite_grad")]
+        if layers or params:
+            first_rec, layer = rec, (layers[0] if layers else None)
+            break
+    if bad_loss is None and first_rec is None:
+        return []
+    evidence: dict[str, Any] = {"first_nonfinite_loss_index": bad_loss}
+    if bad_loss is not None:
+        evidence["last_finite_loss"] = next((v for v in reversed(ev.losses[:bad_loss])), None)
+    if first_rec is not None:
+        evidence |= {"first_nonfinite_record_step": first_rec["step"],
+                     "first_nonfinite_layer": layer, "nonfinite_grad_params": params[:10]}
+    where = f"first in layer {layer!r} (forward order)" if layer else (
+        "in the loss" if bad_loss is not None else "in the gradients")
+    msg = (f"non-finite values {where}"
+           + (f"; loss is NaN/Inf from record {bad_loss}" if bad_loss is not None else ""))
+    step = first_rec["step"] if first_rec is not None else None
+    return [Finding("NAN_OR_INF", msg, layer=layer, evidence=evidence, step=step)]
+
+
+def rule_lr_too_high(ev: Evidence, th: Thresholds) -> list[Finding]:
+    ratios = [(r["step"], m) for r in ev.history if (m := _median_update_ratio(r)) is not None]
+    top = max((m for _, m in ratios), default=None)
+    finite = []
+    for v in ev.losses:
+        if not math.isfinite(v):
+            break
+        finite.append(v)
+    went_nonfinite = len(finite) < len(ev.losses) and len(finite) >= 1
+    reasons = []
+    if top is not None and top >= th.lr_high_update_ratio:
+        reasons.append(f"updates move weights by {top:.2g}x their norm in one step")
+    blew_up = len(finite) >= 2 and max(finite) > th.loss_blowup * abs(finite[0]) > 0
+    rising = oscillating = False
+    if len(finite) >= th.min_losses:
+        first_q, last_q = _quarters(finite)
+        rising = last_q > th.loss_rise * first_q
+        window = finite[-max(th.min_losses, len(finite) // 2):]
+        changes, amplitude, net = oscillation(window, abs(finite[0]))
+        oscillating = (changes >= th.oscillation_sign_changes
+                       and amplitude >= th.lr_oscillation_amplitude and last_q >= 0.95 * first_q)
+    ratio_ok = top is None or top >= th.lr_high_ratio_with_bad_loss
+    if ratio_ok and (blew_up or rising or oscillating):
+        reasons.append("the loss " + ("blew up" if blew_up else "rises" if rising
+                                      else "oscillates without progress"))
+    if went_nonfinite and top is not None and top >= th.lr_high_ratio_with_bad_loss:
+        reasons.append("the loss became NaN/Inf")
+    if not reasons:
+        return []
+    step = next((s for s, m in ratios if m >= th.lr_high_ratio_with_bad_loss), None)
+    evidence = {"max_update_ratio": _sig(top) if top is not None else None,
+                "loss_first": finite[0] if finite else None,
+                "loss_max": max(finite) if finite else None,
+                "loss_last": ev.losses[-1] if ev.losses else None,
+                "lr": ev.lrs[-1][1] if ev.lrs else None}
+    return [Finding("LR_TOO_HIGH", "; ".join(reasons), evidence=evidence, step=step)]
+
+
+def rule_lr_too_low(ev: Evidence, th: Thresholds) -> list[Finding]:
+    losses = ev.losses
+    if len(losses) < 2 * th.min_losses or not all(math.isfinite(v) for v in losses):
+        return []
+    first_q, last_q = _quarters(losses)
+    if first_q <= 1e-6:
+        return []
+    change = (first_q - last_q) / abs(first_q)
+    recs = ev.history[1:] or ev.history
+    ratios = [m for r in recs if (m := _median_update_ratio(r)) is not None]
+    grad_ratios = [p["grad_norm"] / p["weight_norm"] for r in recs for _, p in _weight_params(r)
+                   if _finite(p["grad_norm"]) and _finite(p["weight_norm"]) and p["weight_norm"] > 0]
+    if not ratios or not grad_ratios:
+        return []
+    ratio, grad_ratio = statistics.median(ratios), statistics.median(grad_ratios)
+    if abs(change) < th.lr_low_loss_change and ratio < th.lr_low_update_ratio \
+            and grad_ratio > th.lr_low_grad_ratio:
+        return [Finding("LR_TOO_LOW",
+                        f"loss changed {change:.1%} over {len(losses)} steps; updates are "
+                        f"{ratio:.1e} of the weights while gradients are {grad_ratio:.1e}",
+                        evidence={"loss_change": change, "median_update_ratio": _sig(ratio),
+                                  "median_grad_to_weight": _sig(grad_ratio),
+                                  "lr": ev.lrs[-1][1] if ev.lrs else None})]
+    return []
+
+
+def rule_lr_decayed(ev: Evidence, th: Thresholds) -> list[Finding]:
+    if not ev.lrs:
+        return []
+    peak_step, peak = max(ev.lrs, key=lambda sl: sl[1])
+    if peak <= 0:
+        return []
+    collapsed = next((s for s, lr in ev.lrs if s >= peak_step and lr <= th.lr_decay_factor * peak),
+                     None)
+    if collapsed is None or ev.lrs[-1][1] > th.lr_decay_factor * peak:
+        return []
+    spent = ev.steps - collapsed
+    if spent < max(th.lr_decay_min_steps, th.lr_decay_min_share * ev.steps):
+        return []
+    return [Finding("LR_DECAYED",
+                    f"learning rate fell from {peak:.2g} to {ev.lrs[-1][1]:.2g} by step "
+                    f"{collapsed} and stayed there for {spent} of {ev.steps} steps",
+                    evidence={"peak_lr": peak, "final_lr": ev.lrs[-1][1],
+                              "collapsed_at_step": collapsed, "steps_collapsed": spent},
+                    step=collapsed)]
+
+
+def rule_dead_neurons(ev: Evidence, th: Thresholds) -> list[Finding]:
+    recs = _recent_layers(ev, th)
+    out = []
+    for name in ev.layer_order:
+        seen = [r["layers"][name] for r in recs if name in r["layers"]]
+        seen = [s for s in seen if s["dead_fraction"] is not None
+                and s.get("samples", th.dead_min_samples) >= th.dead_min_samples]
+        if not seen or not all(s["dead_fraction"] >= th.dead_fraction for s in seen):
+            continue
+        dead = seen[-1]["dead_fraction"]
+        step = _first_step(ev, lambda r: (r["layers"].get(name) or {}).get("dead_fraction") is not
+                           None and r["layers"][name]["dead_fraction"] >= th.dead_fraction)
+        out.append(Finding("DEAD_NEURONS",
+                           f"{dead:.0%} of the units output 0 for every sample of the batch",
+                           layer=name, evidence={"dead_fraction": dead,
+                                                 "zero_fraction": seen[-1]["zero_fraction"],
+                                                 "samples": seen[-1].get("samples")},
+                           step=step))
+    return out
+
+
+def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
+    """COLLAPSED_ACTIVATIONS (first collapsed layer) and EXPLODING_ACTIVATIONS."""
+    recs = _recent_layers(ev, th)
+    if not recs:
+        return []
+    first_layers = next(r for r in ev.history if r["layers"])["layers"]
+    out: list[Finding] = []
+    collapsed, upstream_dead = [], False
+    exploding: list[tuple[str, float, float]] = []
+    for name in ev.layer_order:
+        seen = [r["layers"][name] for r in recs if name in r["layers"]]
+        if not seen:
+            continue
+        last = seen[-1]
+        if not all(math.isfinite(_rms(s)) for s in seen):
+            continue
+        if last["dead_fraction"] is not None and last["dead_fraction"] >= 0.999:
+            upstream_dead = True
+            continue
+
+        def is_collapsed(s: dict[str, Any]) -> bool:
+            scale = max(s["act_std"], abs(s["act_mean"]))
+            return (s.get("samples", 2) >= 2 and scale > 1e-12
+                    and s["sample_std"] <= th.collapse_ratio * scale)
+        if not upstream_dead and all(is_collapsed(s) for s in seen):
+            collapsed.append(name)
+        rms = _rms(last)
+        start = _rms(first_layers[name]) if name in first_layers else rms
+        growth = rms / start if start > 0 else 1.0
+        if rms >= th.exploding_activation_rms or (growth >= th.activation_growth and rms > 10):
+            exploding.append((name, rms, growth))
+    if collapsed:
+        s = recs[-1]["layers"][collapsed[0]]
+        out.append(Finding("COLLAPSED_ACTIVATIONS",
+                           f"output varies across the batch by {s['sample_std']:.1e} "
+                           f"against a scale of {max(s['act_std'], abs(s['act_mean'])):.1e}",
+                           layer=collapsed[0],
+                           evidence={"sample_std": s["sample_std"], "act_std": s["act_std"],
+                                     "act_mean": s["act_mean"], "collapsed_layers": collapsed},
+                           step=recs[0]["step"]))
+    if exploding:
+        name, rms, growth = exploding[0]
+        out.append(Finding("EXPLODING_ACTIVATIONS",
+                           f"activation rms {rms:.2g} (grew {growth:.2g}x since the first record)",
+                           layer=name,
+                           evidence={"rms": _sig(rms), "growth": _sig(growth),
+                                     "layers": [n for n, _, _ in exploding]},
+                           step=recs[0]["step"]))
+    return out
+
+
+def _ordered_weights(ev: Evidence, rec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    order = {name: i for i, name in enumerate(ev.layer_order)}
+    ws = [(n, p) for n, p in _weight_params(rec)
+          if _finite(p["grad_norm"]) and _finite(p["weight_norm"]) and p["weight_norm"] > 0]
+    return sorted(ws, key=lambda np_: order.get(np_[1].get("layer"), len(order)))
+
+
+def rule_vanishing(ev: Evidence, th: Thresholds) -> list[Finding]:
+    ratios, detail = [], None
+    for rec in ev.history[-th.recent_records:]:
+        ws = _ordered_weights(ev, rec)
+        if len(ws) < th.vanishing_min_layers:
+            continue
+        (first, pf), (last, pl) = ws[0], ws[-1]
+        rel_first = pf["grad_norm"] / pf["weight_norm"]
+        rel_last = pl["grad_norm"] / pl["weight_norm"]
+        if rel_last <= 0:
+            continue
+        ratios.append(rel_first / rel_last)
+        detail = (first, last, rel_first, rel_last)
+    if not ratios or detail is None or max(ratios) >= th.vanishing_ratio:
+        return []
+    first, last, rel_first, rel_last = detail
+    return [Finding("VANISHING_GRADIENT",
+                    f"relative gradient of {first} is {rel_first / rel_last:.1e} of {last}'s",
+                    layer=ev.layer_order[0] if ev.layer_order else first,
+                    evidence={"first_param": first, "last_param": last,
+                              "first_grad_to_weight": _sig(rel_first),
+                              "last_grad_to_weight": _sig(rel_last),
+                              "ratio": _sig(rel_first / rel_last)},
+                    step=ev.history[-1]["step"])]
+
+
+def rule_exploding_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
+    norms = []
+    for rec in ev.history:
+        g, w = _total_norm(rec, "grad_norm"), _total_norm(rec, "weight_norm")
+        if g is not None:
+            norms.append((rec["step"], g, w))
+    finite = [(s, g, w) for s, g, w in norms if math.isfinite(g)]
+    if not finite:
+        return []
+    first_g = finite[0][1]
+
+    def exploding(g: float, w: float | None) -> bool:
+        if not math.isfinite(g):
+            return True
+        return (g >= th.exploding_grad_norm
+                or (w is not None and w > 0 and g / w >= th.exploding_grad_to_weight)
+                or (first_g > 0 and g / first_g >= th.grad_growth
+                    and w is not None and g / w >= 1.0))
+    bad = [(s, g, w) for s, g, w in norms if exploding(g, w)]
+    if not bad:
+        return []
+    early = sorted(g for _, g, _ in finite[:max(1, len(finite) // 4)])
+    calm = th.clip_calm_factor * early[len(early) // 2]
+    healthy = [g for s, g, w in finite if s < bad[0][0] and not exploding(g, w) and g <= calm]
+    if healthy:
+        healthy.sort()
+        k = min(len(healthy) - 1, int(round(th.clip_percentile / 100 * (len(healthy) - 1))))
+        clip = _sig(healthy[k])
+    else:
+        clip = 1.0
+    worst = max((g for _, g, _ in bad if math.isfinite(g)), default=float("inf"))
+    return [Finding("EXPLODING_GRADIENT",
+                    f"total gradient norm reached {worst:.2g} (first record: {first_g:.2g}); "
+                    f"clip at about {clip}",
+                    evidence={"max_grad_norm": _sig(worst), "first_grad_norm": _sig(first_g),
+                              "suggested_clip": clip, "healthy_steps": len(healthy),
+                              "first_step": bad[0][0]},
+                    advice=f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip}) "
+                           "before optimizer.step(); lower the learning rate; add normalisation.",
+                    step=bad[0][0])]
+
+
+def rule_missing_zero_grad(ev: Evidence, th: Thresholds) -> list[Finding]:
+    ratios, step = [], None
+    for rec in ev.history:
+        for p in rec["params"].values():
+            stale, g = p.get("stale_grad_norm"), p.get("grad_norm")
+            if stale is None or not _finite(g) or g <= 0:
+                continue
+            ratios.append(stale / g)
+            if step is None and stale / g > th.stale_grad_ratio:
+                step = rec["step"]
+    stale_share = sum(r > th.stale_grad_ratio for r in ratios) / len(ratios) if ratios else 0.0
+    if len(ratios) < th.min_events or stale_share < th.stale_share:
+        return []
+    return [Finding("MISSING_ZERO_GRAD",
+                    f".grad still held the previous steps' gradients at the next backward "
+                    f"({stale_share:.0%} of checks; typical leftover {statistics.median(ratios):.2f}x "
+                    f"the step's gradient)",
+                    evidence={"stale_share": stale_share,
+                              "median_stale_to_grad": _sig(statistics.median(ratios)),
+                              "checks": len(ratios)}, step=step)]
+
+
+def rule_params_not_updated(ev: Evidence, th: Thresholds) -> list[Finding]:
+    names = {n: c for n, c in ev.unstepped.items() if c >= th.min_events}
+    frozen: dict[str, int] = {}
+    for rec in ev.history:
+        if not rec.get("lr"):
+            continue
+        for n, p in rec["params"].items():
+            if _finite(p.get("grad_norm")) and p["grad_norm"] > 0 \
+                    and p.get("update_norm") == 0.0:
+                frozen[n] = frozen.get(n, 0) + 1
+    names |= {n: c for n, c in frozen.items() if c >= th.min_events}
+    if not names:
+        return []
+    first = next(iter(names))
+    return [Finding("PARAMS_NOT_UPDATED",
+                    f"{len(names)} tensor(s) received gradients that no optimizer step applied "
+                    f"(e.g. {first})",
+                    layer=first.rpartition(".")[0] or None if not first.startswith("unreg")
+                    else None,
+                    evidence={"tensors": dict(list(names.items())[:20])})]
+
+
+def rule_no_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
+    if not ev.never_grad or (ev.backwards == 0 and ev.optimizer_steps == 0):
+        return []
+    first = ev.never_grad[0]
+    return [Finding("NO_GRADIENT",
+                    f"{len(ev.never_grad)} trainable tensor(s) never received a gradient after "
+                    f"{max(ev.backwards, ev.optimizer_steps)} backward passes (e.g. {first})",
+                    layer=first.rpartition(".")[0] or None,
+                    evidence={"params": ev.never_grad[:20], "backwards": ev.backwards})]
+
+
+def rule_modes(ev: Evidence, th: Thresholds) -> list[Finding]:
+    out = []
+    em = ev.eval_mode_training
+    if em is not None and em.count >= th.min_events and ev.backwards > 0 \
+            and em.count / ev.backwards >= th.mode_share:
+        out.append(Finding("EVAL_MODE_DURING_TRAINING",
+                           f"{em.count} of {ev.backwards} training passes ran with "
+                           f"{', '.join(em.modules[:3])} in eval mode",
+                           layer=em.modules[0], evidence={"passes": em.count,
+                                                          "training_passes": ev.backwards,
+                                                          "modules": em.modules[:10]},
+                           step=em.first_step))
+    tm = ev.train_mode_eval
+    if tm is not None and tm.count >= th.min_events:
+        out.append(Finding("TRAIN_MODE_DURING_EVAL",
+                           f"{tm.count} evaluation passes (no backward) ran with "
+                           f"{', '.join(tm.modules[:3])} in training mode",
+                           layer=tm.modules[0], evidence={"passes": tm.count,
+                                                          "modules": tm.modules[:10]},
+                           step=tm.first_step))
+    return out
+
+
+def rule_symmetric(ev: Evidence, th: Thresholds) -> list[Finding]:
+    out = []
+    for name, s in ev.symmetric.items():
+        if s["row_spread"] <= th.symmetric_spread * max(s["weight_scale"], 1e-30):
+            out.append(Finding("SYMMETRIC_WEIGHTS",
+                               f"all {s['units']} rows of the weight are identical "
+                               f"(largest difference {s['row_spread']:.1e})",
+                               layer=name, evidence=dict(s)))
+    return out
+
+
+def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
+    vals = ev.val_losses
+    if len(vals) < th.overfit_after_best + 2 or not all(math.isfinite(v) for v in vals):
+        return []
+    best = min(range(len(vals)), key=vals.__getitem__)
+    if len(vals) - 1 - best < th.overfit_after_best or vals[-1] < vals[best] * (1 + th.overfit_rise):
+        return []
+    losses = ev.losses
+
+    def train_at(k: int) -> float | None:
+        n = ev.val_at[k]
+        window = [v for v in losses[max(0, n - 5):n] if math.isfinite(v)]
+        return _mean(window) if window else None
+    t_best, t_last = train_at(best), train_at(len(vals) - 1)
+    if t_best is None or t_last is None or t_last >= t_best:
+        return []
+    return [Finding("OVERFITTING",
+                    f"validation loss rose from {vals[best]:.3g} (evaluation {best}) to "
+                    f"{vals[-1]:.3g} while training loss fell from {t_best:.3g} to {t_last:.3g}",
+                    evidence={"best_val_index": best, "best_val_loss": vals[best],
+                              "last_val_loss": vals[-1], "train_loss_at_best": t_best,
+                              "train_loss_last": t_last})]
+
+
+RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
+    rule_nonfinite, rule_lr_too_high, rule_lr_too_low, rule_lr_decayed, rule_dead_neurons,
+    rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
+    rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
+]
+
+
+def evaluate(ev: Evidence, th: Thresholds = Thresholds()) -> list[Finding]:
+    """Run every rule; drop consequences already explained by a root cause."""
+    found = [f for rule in RULES for f in rule(ev, th)]
+    codes = {f.code for f in found}
+    if "DEAD_NEURONS" in codes:   # zero gradients below dead units are their consequence
+        found = [f for f in found if f.code != "VANISHING_GRADIENT"]
+    return found

@@ -1,0 +1,182 @@
+"""The debugger's statistics: computed on the tensor's own device, gathered to the host once.
+
+Every statistic is kept as a *reducible accumulator*: a sum (counts, sums, sums of squares),
+a maximum (largest value, largest |gradient|, per-unit "was ever non-zero" flags) or a plain
+value that is not reduced (recorded losses). Accumulators of one statistics step live in a
+`StepBuffer`; `gather()` packs them into one flat tensor per reduction operation, hands them
+to a reduction function (the identity on one process; an all_reduce per operation across
+processes), and copies the result to the host in a single transfer.
+
+Nothing here keeps a reference to the tensors it measures: each function launches a handful of
+reductions and returns small result tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import torch
+from torch import nn
+
+#: Activation modules whose output is exactly 0 on a whole half-line: a unit can "die".
+RELU_FAMILY: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6)
+
+#: Layout of an activation's sum accumulator (on device) and max accumulator.
+ACT_SUMS = ("sum", "sumsq", "zeros", "nonfinite", "sample_std")
+ACT_MAXES = ("max", "neg_min")
+#: Layout of a parameter gradient's accumulators.
+GRAD_SUMS = ("sumsq", "abs_sum", "sum", "nonfinite")
+GRAD_MAXES = ("abs_max",)
+
+Reducer = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def first_tensor(output: Any) -> torch.Tensor | None:
+    """The first floating-point tensor inside a module's output (tensor, tuple, list or dict)."""
+    if isinstance(output, torch.Tensor):
+        return output if output.is_floating_point() and not output.is_sparse else None
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 are widened so that sums of squares neither overflow nor round away."""
+    t = t.detach()
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def unit_maxima(per_element: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Reduce a per-element vector (one value per non-batch position of an output of `shape`)
+    to one value per unit by its maximum: channels are the units of images (N, C, H, W[, D]),
+    the last dimension is the unit of everything else ((N, F) or (N, T, F))."""
+    if len(shape) >= 4:
+        return per_element.reshape(shape[1], -1).amax(dim=1)
+    if len(shape) <= 2:
+        return per_element.reshape(-1)
+    return per_element.reshape(-1, shape[-1]).amax(dim=0)
+
+
+def activation_accumulators(output: torch.Tensor, relu_like: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Sums (ACT_SUMS) and maxima (ACT_MAXES, then one "ever non-zero" flag per unit for
+    ReLU-family layers) of one module output, plus its element count and batch size.
+
+    `sample_std` is the mean over output elements of the standard deviation across the batch
+    (dimension 0): 0 means every sample got the same output, whatever its spread in space.
+    Four cheap passes over the tensor: column sums, centred squares, min/max, zero count."""
+    x = _as_float(output)
+    n = x.shape[0]
+    flat = x.reshape(n, -1)
+    col_sum = flat.sum(dim=0)
+    mean = col_sum / n
+    var = (flat - mean).square_().sum(dim=0) / n      # centred: exact for collapsed layers
+    total = col_sum.sum()
+    sumsq = (var + mean * mean).sum() * n
+    lo, hi = torch.aminmax(flat)
+    zeros = flat.numel() - torch.sign(flat).abs_().sum()   # vectorises; (x == 0).sum() does not
+    nonfinite = torch.isfinite(mean).logical_not().sum()
+    sample_std = var.sqrt().mean()
+    sums = torch.stack([total, sumsq, zeros.to(total.dtype), nonfinite.to(total.dtype),
+                        sample_std])
+    maxes = [hi.reshape(1), (-lo).reshape(1)]
+    if relu_like:   # outputs are >= 0, so a unit is dead exactly when its column sums to 0
+        maxes.append(unit_maxima(col_sum, x.shape).gt(0).to(hi.dtype))
+    return sums, torch.cat(maxes), flat.numel(), n
+
+
+def gradient_accumulators(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums (GRAD_SUMS) and maxima (GRAD_MAXES) of one gradient tensor."""
+    g = _as_float(grad)
+    if g.is_sparse:
+        g = g.coalesce().values()
+    norm = torch.linalg.vector_norm(g)
+    lo, hi = torch.aminmax(g)
+    sums = torch.stack([norm * norm, g.abs().sum(), g.sum(),
+                        torch.isfinite(norm).logical_not().to(norm.dtype)])
+    return sums, torch.maximum(hi, -lo).reshape(1)
+
+
+def squared_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """||t||^2 of each tensor, with one multi-tensor kernel where the device has one."""
+    if not tensors:
+        return []
+    floats = [_as_float(t) for t in tensors]
+    return [n * n for n in torch._foreach_norm(floats)]
+
+
+def identity_reduce(sums: torch.Tensor, maxes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One process: nothing to reduce. (Across processes: all_reduce SUM, then all_reduce MAX.)"""
+    return sums, maxes
+
+
+@dataclass
+class StepBuffer:
+    """The accumulators of one statistics step, keyed by (what, name), kept on device.
+
+    Counts known on the host (elements, calls, samples) stay on the host until `gather`,
+    which turns them into one small tensor that is reduced together with the device sums."""
+
+    sums: dict[Hashable, torch.Tensor] = field(default_factory=dict)
+    maxes: dict[Hashable, torch.Tensor] = field(default_factory=dict)
+    counts: dict[Hashable, list[float]] = field(default_factory=dict)
+    values: dict[Hashable, torch.Tensor] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.sums or self.maxes or self.counts or self.values)
+
+    def add_sum(self, key: Hashable, t: torch.Tensor) -> None:
+        old = self.sums.get(key)
+        self.sums[key] = t if old is None or old.shape != t.shape else old + t
+
+    def set_sum(self, key: Hashable, t: torch.Tensor) -> None:
+        self.sums[key] = t
+
+    def add_max(self, key: Hashable, t: torch.Tensor) -> None:
+        old = self.maxes.get(key)
+        self.maxes[key] = t if old is None or old.shape != t.shape else torch.maximum(old, t)
+
+    def add_counts(self, key: Hashable, counts: list[float]) -> None:
+        old = self.counts.get(key)
+        self.counts[key] = list(counts) if old is None else [a + b for a, b in zip(old, counts)]
+
+    def set_value(self, key: Hashable, t: torch.Tensor) -> None:
+        self.values[key] = t
+
+    def gather(self, reduce: Reducer = identity_reduce) -> dict[str, dict[Hashable, list[float]]]:
+        """Reduce and copy everything to the host in one transfer; returns plain floats."""
+        parts = {"sums": self.sums, "maxes": self.maxes, "values": self.values}
+        tensors = [t for part in parts.values() for t in part.values()]
+        device = tensors[0].device if tensors else torch.device("cpu")
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+
+        def flat(ts: list[torch.Tensor]) -> torch.Tensor:
+            if not ts:
+                return torch.zeros(0, dtype=dtype, device=device)
+            return torch.cat([t.detach().reshape(-1).to(device=device, dtype=dtype) for t in ts])
+
+        count_keys = list(self.counts)
+        host_counts = [c for k in count_keys for c in self.counts[k]]
+        sums = torch.cat([flat(list(self.sums.values())),
+                          torch.tensor(host_counts, dtype=dtype).to(device)])
+        sums, maxes = reduce(sums, flat(list(self.maxes.values())))
+        values = flat(list(self.values.values()))
+        host = torch.cat([sums, maxes, values]).tolist()     # the one host transfer
+
+        out: dict[str, dict[Hashable, list[float]]] = {"sums": {}, "maxes": {}, "values": {},
+                                                       "counts": {}}
+        i = 0
+        for name, part in parts.items():
+            for key, t in part.items():
+                out[name][key] = host[i:i + t.numel()]
+                i += t.numel()
+            if name == "sums":
+                for key in count_keys:
+                    out["counts"][key] = host[i:i + len(self.counts[key])]
+                    i += len(self.counts[key])
+        return out

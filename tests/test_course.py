@@ -1,0 +1,294 @@
+"""The nbgrader course, graded for real: generate, submit, autograde and export on a simulated
+class in a temporary copy of the course (real nbgrader, real kernels)."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lesson.learner.catalog import load_exercises
+from lesson.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
+                                      export_grades, generate_release, submit)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = load_exercises()
+NAMES = [e.name for e in EXERCISES]
+
+#: Plausible wrong answers, at least two per assignment: (student, exercise, answer cell id,
+#: edit, test cell that must lose points). An edit is the cell's new source, or an
+#: (old, new) replacement in the solution's source, or ("broken", case, edits): the
+#: catalogue's broken script with small edits, renamed as the student's repair. Answers given to
+#: one student target test cells that do not call each other's functions.
+WRONG: list[tuple[str, str, str, object, str]] = [
+    ("wrong", "ex1_exploding_gradients", "exploding_steps",  # off-by-one threshold
+     ("if total_grad_norm(r) > threshold", "if total_grad_norm(r) >= threshold"),
+     "test_exploding_steps"),
+    ("wrong", "ex1_exploding_gradients", "suggest_clip_value",  # hard-coded visible answer
+     "def suggest_clip_value(history, percentile=10.0):\n    return 3.0\n",
+     "test_suggest_clip_value"),
+    ("wrong", "ex2_dead_neurons", "dead_units",  # the lesson's rule: over half the outputs 0
+     ("(h == 0).all(dim=0)", "(h == 0).float().mean(dim=0) > 0.5"), "test_dead_units"),
+    ("wrong", "ex2_dead_neurons", "resurrect",  # Xavier instead of Kaiming
+     ('nn.init.kaiming_normal_(fresh, nonlinearity="relu")', "nn.init.xavier_normal_(fresh)"),
+     "test_resurrect"),
+    ("wrong", "ex3_lr_finder", "read_lr_csv",  # columns by position, not by name
+     "def read_lr_csv(path):\n"
+     "    rows = list(csv.reader(open(path)))[1:]\n"
+     "    return [float(r[0]) for r in rows], [float(r[1]) for r in rows]\n",
+     "test_read_lr_csv"),
+    ("wrong", "ex3_lr_finder", "pick_lr",  # one step before the minimum instead of / 10
+     ("return lrs[int(np.argmin(losses))] / 10", "return lrs[int(np.argmin(losses)) - 1]"),
+     "test_pick_lr"),
+    ("wrong", "ex4_data_validator", "validate",  # imbalance flagged at 10:1 already
+     ("if ratio > 10:", "if ratio >= 10:"), "test_validate_example"),
+    ("wrong2", "ex4_data_validator", "validate",  # a validator that always says healthy
+     "def validate(x_train, y_train, x_test, y_test):\n    return []\n", "test_corrupted"),
+    ("wrong", "ex5_gradient_check", "numerical_gradient",  # forgets to put the value back
+     ("        array[i] = saved\n", ""), "test_numerical_gradient"),
+    ("wrong2", "ex5_gradient_check", "locate_bad_parameter",  # hard-coded visible answer
+     "def locate_bad_parameter(model, loss_fn, x, y, tol=1e-6):\n    return '2.weight'\n",
+     "test_locate"),
+    ("wrong", "clinic1_not_learning", "missing_zero_grad",  # names a consequence, not the cause
+     ('diagnosis["missing_zero_grad"] = "MISSING_ZERO_GRAD"',
+      'diagnosis["missing_zero_grad"] = "LR_TOO_HIGH"'), "test_missing_zero_grad_diagnosis"),
+    ("wrong", "clinic1_not_learning", "dead_relu",  # lowers the learning rate, keeps the bug
+     ("broken", "dead_relu", [("lr=1e-2", "lr=1e-3")]), "test_dead_relu_repair"),
+    ("wrong", "clinic2_nan_inf", "log_of_zero",  # turns the NaN into 0: silences the symptom
+     ("broken", "log_of_zero", [("return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()",
+                                 "return torch.nan_to_num(-(y * torch.log(p) + (1 - y) * "
+                                 "torch.log(1 - p)).mean(), nan=0.0, posinf=0.0)")]),
+     "test_log_of_zero_repair"),
+    ("wrong", "clinic2_nan_inf", "softmax_overflow",  # skips the steps whose loss is Inf
+     ("broken", "softmax_overflow", [("break  # stop at the first NaN, before it reaches the "
+                                      "weights", "continue")]), "test_softmax_overflow_repair"),
+]
+
+
+def _solution_source(exercise: str, cell_id: str) -> str:
+    ex = next(e for e in EXERCISES if e.name == exercise)
+    nb = nbformat.read(ex.solution(ROOT), as_version=4)
+    return next(c.source for c in nb.cells if c.get("id") == cell_id)
+
+
+def _broken_repair(case: str, edits: list[tuple[str, str]]) -> str:
+    """The catalogue's broken script with `edits`, offered as the student's repair."""
+    from broken_models import CATALOGUE
+
+    module = importlib.import_module(CATALOGUE[case].module)
+    source = textwrap.dedent(inspect.getsource(module.train_broken))
+    for old, new in edits:
+        assert old in source, (case, old)
+        source = source.replace(old, new)
+    code = CATALOGUE[case].expected[0]
+    return (f'diagnosis["{case}"] = "{code}"\n\n'
+            + source.replace("def train_broken(", f"def repaired_{case}(", 1))
+
+
+def _wrong_source(exercise: str, cell_id: str, edit: object) -> str:
+    if isinstance(edit, str):
+        return edit
+    if edit[0] == "broken":
+        return _broken_repair(edit[1], edit[2])
+    old, new = edit
+    source = _solution_source(exercise, cell_id)
+    assert old in source, (exercise, cell_id, old)
+    return source.replace(old, new)
+
+
+def _wrong_answers(student: str, exercise: str) -> list[tuple[str, str, str]]:
+    """(cell id, source, target test) of one wrong student's answers to one assignment."""
+    return [(cell_id, _wrong_source(name, cell_id, edit), target)
+            for who, name, cell_id, edit, target in WRONG if (who, name) == (student, exercise)]
+
+
+def _edited(path: Path, replacements: dict[str, str], target: Path) -> Path:
+    """A copy of the notebook at `path` with some cells' sources replaced."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.get("id") in replacements:
+            cell.source = replacements[cell["id"]]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+    return target
+
+
+def _notebook_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# -- fast checks on the committed course -----------------------------------------------------
+
+def test_metadata_lists_every_assignment_in_both_folders():
+    for folder in ("solutions", "exercises"):
+        on_disk = sorted(p.name for p in (ROOT / folder).iterdir() if p.is_dir())
+        assert on_disk == sorted(NAMES), f"{folder}/ and exercises.toml disagree"
+    for ex in EXERCISES:
+        assert ex.solution(ROOT).is_file() and ex.released(ROOT).is_file(), ex.name
+        assert len(ex.hints) >= 2, f"{ex.name}: give at least two hints"
+
+
+@pytest.mark.parametrize("folder", ["solutions", "exercises"])
+def test_committed_notebooks_carry_no_outputs(folder):
+    notebooks = sorted((ROOT / folder).rglob("*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, (path, cell.get("id"))
+        assert nb.metadata["kernelspec"]["name"] == "python3", path
+
+
+def test_every_assignment_has_hidden_tests_and_locked_tests():
+    for ex in EXERCISES:
+        nb = nbformat.read(ex.solution(ROOT), as_version=4)
+        tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert tests, ex.name
+        assert all(c.metadata["nbgrader"]["locked"] for c in tests), ex.name
+        assert any("### BEGIN HIDDEN TESTS" in c.source for c in tests), ex.name
+        released = nbformat.read(ex.released(ROOT), as_version=4)
+        assert not any("HIDDEN TESTS" in c.source or "BEGIN SOLUTION" in c.source
+                       for c in released.cells), f"{ex.name}: the release leaks answers"
+
+
+@pytest.mark.slow
+def test_every_wrong_answer_targets_a_real_cell():
+    for student, name, cell_id, edit, target in WRONG:
+        ex = next(e for e in EXERCISES if e.name == name)
+        ids = {c.get("id") for c in nbformat.read(ex.solution(ROOT), as_version=4).cells}
+        assert {cell_id, target} <= ids, (name, cell_id, target)
+        assert _wrong_source(name, cell_id, edit) != _solution_source(name, cell_id)
+    for name in NAMES:
+        assert len([w for w in WRONG if w[1] == name]) >= 2, f"{name}: two wrong answers"
+
+
+# -- the simulated class -------------------------------------------------------------------
+
+LOOPER = ("ex1_exploding_gradients", "suggest_clip_value",
+          "import time\n\n"
+          "def suggest_clip_value(history, percentile=10.0):\n"
+          "    while not history:          # 'wait until there are records': never returns\n"
+          "        time.sleep(0.05)\n"
+          "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
+          "    if not norms:\n"
+          "        raise ValueError('no finite norm')\n"
+          "    return float(np.percentile(norms, percentile))\n")
+TAMPERER = ("ex4_data_validator", "validate", "def validate(x_train, y_train, x_test, y_test):\n"
+            "    return []\n", "test_validate_example", "print('all tests pass')\n")
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """A course copy with its release generated and a class of simulated students, each
+    autograded in a clone of the course (so graders run side by side) and exported.
+
+    Returns (course root, {student: that student's course copy}, {(student, assignment):
+    (score, max_score)})."""
+    base = tmp_path_factory.mktemp("class")
+    root = copy_course(ROOT, base / "course")
+    generate_release(root)
+    drafts = base / "drafts"
+    submissions: dict[str, list[tuple[str, Path]]] = {"model": [], "blank": []}
+    for ex in EXERCISES:
+        submissions["model"].append((ex.name, ex.solution(ROOT)))
+        submissions["blank"].append((ex.name, ex.released(root)))
+    for student, name in sorted({(w[0], w[1]) for w in WRONG}):
+        ex = next(e for e in EXERCISES if e.name == name)
+        answers = {cell: src for cell, src, _ in _wrong_answers(student, name)}
+        submissions.setdefault(student, []).append(
+            (name, _edited(ex.solution(ROOT), answers, drafts / student / name / ex.notebook)))
+    name, cell, source = LOOPER
+    ex = next(e for e in EXERCISES if e.name == name)
+    submissions["looper"] = [(name, _edited(ex.solution(ROOT), {cell: source},
+                                            drafts / "looper" / ex.notebook))]
+    name, cell, source, test_cell, test_source = TAMPERER
+    ex = next(e for e in EXERCISES if e.name == name)
+    submissions["tamperer"] = [(name, _edited(ex.solution(ROOT), {cell: source, test_cell: test_source},
+                                              drafts / "tamperer" / ex.notebook))]
+    copies = {}
+    for student, items in submissions.items():
+        copies[student] = clone(root, base / f"grader-{student}")
+        for name, path in items:
+            submit(copies[student], student, name, path)
+    # the slowest graders first, so the pool ends together
+    order = sorted(copies, key=lambda s: -len(submissions[s]) - 10 * (s == "looper"))
+    autograde_each([copies[s] for s in order], jobs=3)
+    grades = {}
+    for copy in copies.values():
+        grades.update(export_grades(copy))
+    return root, copies, grades
+
+
+def _cells(graded, student: str, name: str) -> dict[str, tuple[float, float]]:
+    _, copies, _ = graded
+    ex = next(e for e in EXERCISES if e.name == name)
+    return cell_grades(copies[student], student, name, Path(ex.notebook).stem)
+
+
+@pytest.mark.slow
+def test_exercises_folder_is_exactly_the_generated_release(graded_class):
+    root, _, _ = graded_class
+    generated = sorted(p.relative_to(root / "exercises") for p in (root / "exercises").rglob("*")
+                       if p.is_file())
+    committed = sorted(p.relative_to(ROOT / "exercises") for p in (ROOT / "exercises").rglob("*")
+                       if p.is_file() and ".ipynb_checkpoints" not in p.parts)
+    assert generated == committed
+    for rel in generated:
+        if rel.suffix == ".ipynb":
+            assert _notebook_json(root / "exercises" / rel) == _notebook_json(
+                ROOT / "exercises" / rel), f"exercises/{rel} differs: regenerate it (README, instructors)"
+        else:
+            assert (root / "exercises" / rel).read_bytes() == (ROOT / "exercises" / rel).read_bytes()
+
+
+@pytest.mark.slow
+def test_solutions_score_full_marks(graded_class):
+    _, _, grades = graded_class
+    for name in NAMES:
+        score, max_score = grades[("model", name)]
+        assert max_score > 0 and score == max_score, (name, _cells(graded_class, "model", name))
+
+
+@pytest.mark.slow
+def test_unmodified_release_scores_zero_on_every_test_cell(graded_class):
+    _, _, grades = graded_class
+    for name in NAMES:
+        cells = _cells(graded_class, "blank", name)
+        assert cells and all(score == 0 for score, _ in cells.values()), (name, cells)
+        assert grades[("blank", name)][0] == 0
+
+
+@pytest.mark.slow
+def test_plausible_wrong_answers_score_less_than_full(graded_class):
+    _, _, grades = graded_class
+    for student, name in sorted({(w[0], w[1]) for w in WRONG}):
+        cells = _cells(graded_class, student, name)
+        for cell_id, _, target in _wrong_answers(student, name):
+            score, max_score = cells[target]
+            assert score < max_score, f"{name}: the wrong {cell_id} still earns {target}"
+        assert grades[(student, name)][0] < grades[(student, name)][1]
+
+
+@pytest.mark.slow
+def test_an_endless_loop_scores_zero_for_its_cell_and_the_rest_is_graded(graded_class):
+    cells = _cells(graded_class, "looper", LOOPER[0])
+    assert cells["test_suggest_clip_value"][0] == 0
+    others = {k: v for k, v in cells.items() if k != "test_suggest_clip_value"}
+    assert others and all(score == max_score for score, max_score in others.values()), cells
+
+
+@pytest.mark.slow
+def test_an_edited_test_cell_is_graded_with_the_original(graded_class):
+    _, copies, _ = graded_class
+    name, _, _, test_cell, _ = TAMPERER
+    cells = _cells(graded_class, "tamperer", name)
+    assert cells[test_cell][0] == 0, cells
+    graded = copies["tamperer"] / "autograded" / "tamperer" / name
+    nb = nbformat.read(next(graded.glob("*.ipynb")), as_version=4)
+    source = next(c.source for c in nb.cells if c.get("id") == test_cell)
+    assert "all tests pass" not in source and "assert" in source

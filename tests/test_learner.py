@@ -1,0 +1,241 @@
+"""The learner loop (`nndebug exercises | check | hint | watch`) and the rustlings-style dev
+check: every released exercise fails its checks and every solution passes them."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lesson.learner import commands
+from lesson.learner.catalog import find_course_root, find_exercise, load_exercises
+from lesson.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
+from lesson.learner.runner import CheckResult, CellResult, _cell_failed, _failure_message, run_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = load_exercises()
+
+
+def course_copy(tmp_path: Path, names: list[str] | None = None) -> Path:
+    """A learner's checkout: the config and the released notebooks (some of them)."""
+    root = tmp_path / "course"
+    (root / "exercises").mkdir(parents=True)
+    shutil.copy2(ROOT / "nbgrader_config.py", root)
+    for ex in EXERCISES:
+        if names is None or ex.name in names:
+            shutil.copytree(ROOT / "exercises" / ex.name, root / "exercises" / ex.name)
+    return root
+
+
+def solve(root: Path, name: str) -> Path:
+    """Do what a learner does: fill the released notebook's answer cells with the solution."""
+    ex = find_exercise(name, EXERCISES)
+    answers = {c.id: c.source for c in nbformat.read(ex.solution(ROOT), as_version=4).cells}
+    path = ex.released(root)
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = answers[cell.id]
+    nbformat.write(nb, path)
+    return path
+
+
+def cli(command: str, root: Path, *argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    commands.add_arguments(parser, command)
+    args = parser.parse_args(["--course-dir", str(root), *argv])
+    args.command = command
+    return commands.run(args)
+
+
+def no_kernel(*_args, **_kwargs):
+    raise AssertionError("this should not have run a notebook")
+
+
+# -- the metadata ------------------------------------------------------------------------------
+
+def test_exercises_are_listed_in_order_with_hints():
+    names = [e.name for e in EXERCISES]
+    assert names[:5] == ["ex1_exploding_gradients", "ex2_dead_neurons", "ex3_lr_finder",
+                         "ex4_data_validator", "ex5_gradient_check"]
+    assert all(n.startswith("clinic") for n in names[5:]) and len(names) > 5
+    assert all(e.notebook.endswith(".ipynb") and e.title and e.hints for e in EXERCISES)
+
+
+def test_find_exercise_by_name_or_unique_prefix():
+    assert find_exercise("ex3", EXERCISES).name == "ex3_lr_finder"
+    assert find_exercise("clinic2_nan_inf", EXERCISES).notebook == "nan_inf.ipynb"
+    with pytest.raises(ValueError, match="more than one"):
+        find_exercise("ex", EXERCISES)
+    with pytest.raises(ValueError, match="no exercise"):
+        find_exercise("ex9", EXERCISES)
+
+
+def test_course_root_is_found_from_a_subfolder(tmp_path):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients"])
+    assert find_course_root(root / "exercises" / "ex1_exploding_gradients") == root.resolve()
+    with pytest.raises(ValueError, match="no course found"):
+        find_course_root(tmp_path)
+
+
+# -- progress, hints ---------------------------------------------------------------------------
+
+def test_progress_survives_a_restart_and_a_damaged_file(tmp_path):
+    progress = Progress(tmp_path)
+    progress.get("ex1_exploding_gradients").status = DONE
+    progress.save()
+    assert Progress(tmp_path).get("ex1_exploding_gradients").status == DONE
+    assert (tmp_path / ".nndebug" / "progress.json").is_file()
+    (tmp_path / ".nndebug" / "progress.json").write_text("{not json")
+    assert Progress(tmp_path).get("ex1_exploding_gradients").status == NOT_STARTED
+
+
+def test_hint_shows_one_more_each_time_and_remembers(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex2_dead_neurons"])
+    hints = find_exercise("ex2", EXERCISES).hints
+    for i in range(len(hints)):
+        assert cli("hint", root, "ex2") == 0
+        out = capsys.readouterr().out
+        assert f"Hint {i + 1} of {len(hints)}" in out and hints[i] in out
+        if i + 1 < len(hints):
+            assert hints[i + 1] not in out
+    assert cli("hint", root, "ex2") == 0
+    out = capsys.readouterr().out
+    assert "No more hints" in out and all(h in out for h in hints)
+    assert Progress(root).get("ex2_dead_neurons").hints_shown == len(hints)
+
+
+def test_unknown_exercise_is_a_clear_error(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex2_dead_neurons"])
+    assert cli("hint", root, "nope") == 2
+    assert "no exercise matches 'nope'" in capsys.readouterr().out
+
+
+# -- the table -----------------------------------------------------------------------------
+
+@pytest.mark.slow  # imports nbgrader (its checksums tell an untouched notebook)
+def test_untouched_notebooks_are_not_started_without_running_anything(tmp_path, capsys, monkeypatch):
+    root = course_copy(tmp_path)
+    monkeypatch.setattr(commands, "run_notebook", no_kernel)
+    assert cli("exercises", root) == 0
+    out = capsys.readouterr().out
+    for ex in EXERCISES:
+        assert any(ex.name in line and NOT_STARTED in line for line in out.splitlines())
+    assert "0/%d done" % len(EXERCISES) in out
+
+
+def test_table_reruns_changed_notebooks_and_remembers_unchanged_ones(tmp_path, capsys, monkeypatch):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients", "ex2_dead_neurons"])
+    solve(root, "ex1")
+    calls = []
+
+    def fake_run(path):
+        calls.append(Path(path).name)
+        return CheckResult(Path(path), [CellResult("t1", 2, True), CellResult("t2", 3, True)])
+
+    monkeypatch.setattr(commands, "run_notebook", fake_run)
+    monkeypatch.setattr(commands, "load_exercises",
+                        lambda: [e for e in EXERCISES if e.name.startswith(("ex1", "ex2"))])
+    assert cli("exercises", root) == 0
+    assert calls == ["exploding_gradients.ipynb"]          # ex2 is untouched: not run
+    out = capsys.readouterr().out
+    assert "ex1_exploding_gradients" in out and "done" in out and "5/5" in out
+    monkeypatch.setattr(commands, "run_notebook", no_kernel)  # unchanged: remembered
+    assert cli("exercises", root) == 0
+    assert "1/2 done" in capsys.readouterr().out
+
+
+def test_failure_message_names_the_error_or_the_failing_line():
+    err = {"output_type": "error", "ename": "AssertionError", "evalue": "",
+           "traceback": ["\x1b[31mAssertionError\x1b[39m",
+                         "Cell In[3], line 2\n      1 x = 1\n----> 2 assert x == 2\n"]}
+    assert _failure_message([err]) == "AssertionError at: 2 assert x == 2"
+    named = {"output_type": "error", "ename": "NameError", "evalue": "name 'f' is not defined",
+             "traceback": []}
+    assert _failure_message([named]) == "NameError: name 'f' is not defined"
+    warning = {"output_type": "stream", "name": "stderr", "text": "UserWarning: meh\n"}
+    assert not _cell_failed([warning])
+    assert _cell_failed([{"output_type": "stream", "name": "stderr", "text": "boom\n"}])
+
+
+# -- watch ---------------------------------------------------------------------------------------
+
+def test_watch_rechecks_when_the_notebook_is_saved(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients", "ex2_dead_neurons"])
+    ex1, ex2 = EXERCISES[0], EXERCISES[1]
+    checked = []
+    outcomes = iter([1, 0, 1])          # ex1 fails, then passes after a save; then ex2 fails
+
+    def checker(r, exercise):
+        checked.append(exercise.name)
+        code = next(outcomes)
+        if code == 0:
+            progress = Progress(r)
+            progress.get(exercise.name).status = DONE
+            progress.save()
+        return code
+
+    sleeps = []
+
+    def sleep(seconds):                  # the learner saves the notebook while we wait
+        sleeps.append(seconds)
+        path = ex1.released(root)
+        path.touch()
+        import os
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+    code = commands.watch(root, [ex1, ex2], None, interval=0.5, max_checks=3, sleep=sleep,
+                          checker=checker)
+    assert code == 0
+    assert checked == ["ex1_exploding_gradients", "ex1_exploding_gradients", "ex2_dead_neurons"]
+    assert sleeps and all(s == 0.5 for s in sleeps)
+
+
+def test_watch_stops_cleanly_on_ctrl_c(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients"])
+
+    def sleep(_):
+        raise KeyboardInterrupt
+
+    assert commands.watch(root, EXERCISES[:1], None, 0.1, sleep=sleep,
+                          checker=lambda r, e: 1) == 0
+    assert "stopped watching" in capsys.readouterr().out
+
+
+# -- real kernels --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [e.name for e in EXERCISES])
+def test_dev_check_release_fails_and_solution_passes(name):
+    """Like rustlings' own CI: the learner's starting point fails every visible test, and the
+    instructor's solution passes them all (hidden tests included)."""
+    ex = find_exercise(name, EXERCISES)
+    released = run_notebook(ex.released(ROOT))
+    assert released.tests and not any(t.passed for t in released.tests), released
+    solution = run_notebook(ex.solution(ROOT))
+    assert solution.passed, [(t.name, t.message) for t in solution.tests if not t.passed]
+
+
+@pytest.mark.slow
+def test_check_reports_each_test_and_the_first_failure_then_passes(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex5_gradient_check"])
+    assert cli("check", root, "ex5") == 1
+    out = capsys.readouterr().out
+    assert "FAIL  test_numerical_gradient" in out and "FAIL  test_locate" in out
+    assert "first failure, test_numerical_gradient" in out and "NotImplementedError" in out
+    assert "nndebug hint ex5_gradient_check shows hint 1 of" in out
+    assert Progress(root).get("ex5_gradient_check").status == FAILING
+
+    solve(root, "ex5")
+    assert cli("check", root, "ex5") == 0
+    out = capsys.readouterr().out
+    assert "PASS  test_locate" in out and "FAIL" not in out
+    entry = Progress(root).get("ex5_gradient_check")
+    assert entry.status == DONE and entry.notebook_hash == notebook_hash(
+        find_exercise("ex5", EXERCISES).released(root))
+    state = json.loads((root / ".nndebug" / "progress.json").read_text())
+    assert state["ex5_gradient_check"]["status"] == "done"

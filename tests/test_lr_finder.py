@@ -1,0 +1,168 @@
+"""The LR range test: lesson-compatible return, smoothing, stop rules, suggestion, CSV, plot."""
+import csv
+import io
+import math
+import subprocess
+import sys
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lesson.lr_finder import LRFinderResult, find_learning_rate, smooth, suggest_lr
+
+CE = nn.CrossEntropyLoss()
+
+
+def _data(n=256, seed=42):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 10, generator=g)
+    return x, (x[:, 0] > 0).long()
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2))
+
+
+def test_lesson_snippet_runs_and_returns_lr_loss_pairs():
+    x, y = _data(64)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        result = find_learning_rate(_mlp(), x, y, CE)
+    assert isinstance(result, list) and isinstance(result, LRFinderResult)
+    lrs = [lr for lr, _ in result]
+    assert lrs[0] == pytest.approx(1e-7) and all(b > a for a, b in zip(lrs, lrs[1:]))
+    assert all(isinstance(loss, float) and math.isfinite(loss) for _, loss in result)
+    assert "Suggested learning rate" in out.getvalue()
+
+
+def test_suggestion_trains_well_on_the_lesson_task():
+    """Train 100 full-batch SGD steps at the suggestion and at 1/10 and 10x of it."""
+    x, y = _data()
+    sugg = find_learning_rate(_mlp(), x, y, CE, verbose=False).suggested_lr
+    assert sugg is not None and 1e-3 < sugg < 10
+
+    def final_loss(lr):
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for _ in range(100):
+            opt.zero_grad()
+            loss = CE(model(x), y)
+            loss.backward()
+            opt.step()
+        return CE(model(x), y).item()
+
+    at_sugg = final_loss(sugg)
+    assert math.isfinite(at_sugg)
+    assert at_sugg < 0.5 * final_loss(sugg / 10)  # far better than a rate 10x lower
+
+
+def test_smoothing_is_bias_corrected():
+    assert smooth([2.0, 2.0, 2.0], beta=0.9) == pytest.approx([2.0, 2.0, 2.0])
+    s = smooth([1.0, 3.0], beta=0.5)
+    # avg_1 = 0.5, avg_2 = 0.5 * 0.5 + 0.5 * 3 = 1.75; corrected by 1 - 0.5 and 1 - 0.25
+    assert s == pytest.approx([1.0, 1.75 / 0.75])
+
+
+def test_stops_at_divergence_and_drops_nonfinite_losses():
+    x, y = _data()
+    result = find_learning_rate(_mlp(), x, y, CE, end_lr=1e4, steps=120, verbose=False)
+    assert result.stopped in {"diverged", "nonfinite"}
+    assert len(result) < 120
+    assert all(math.isfinite(loss) for loss in result.losses)
+
+
+def test_nan_from_the_start_gives_no_suggestion_and_no_crash():
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(10, 2)
+
+        def forward(self, x):
+            return self.lin(x) * float("nan")
+
+    x, y = _data(32)
+    result = find_learning_rate(Broken(), x, y, CE, verbose=False)
+    assert len(result) == 0 and result.suggested_lr is None and result.stopped == "nonfinite"
+
+
+def test_suggestion_rule_on_a_synthetic_curve():
+    """Flat until 1e-3, falls until 1e-1, blows up after: suggestion sits in the fall."""
+    lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
+    loss = [2.0 if lr < 1e-3 else max(0.2, 2.0 - 0.9 * math.log10(lr / 1e-3)) for lr in lrs]
+    loss = [v if lr < 0.2 else v + 50 * (lr - 0.2) for v, lr in zip(loss, lrs)]
+    s = suggest_lr(lrs, smooth(loss, 0.85))
+    assert 1e-3 < s < 0.1
+    assert suggest_lr(lrs[:5], loss[:5]) is None
+    assert suggest_lr(lrs, [1.0] * 100) is None  # never went down: no suggestion
+
+
+def test_adam_and_a_data_loader():
+    x, y = _data()
+    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    result = find_learning_rate(_mlp(), loader, None, CE, optimizer="adam", verbose=False)
+    assert len(result) >= 50
+    assert result.suggested_lr is not None and 1e-5 < result.suggested_lr < 1
+
+
+@pytest.mark.slow
+def test_csv_and_plot_and_the_exercise_reader(tmp_path):
+    x, y = _data(64)
+    result = find_learning_rate(_mlp(), x, y, CE, verbose=False)
+    path = tmp_path / "lr.csv"
+    result.to_csv(str(path))
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == len(result)
+    assert [float(r["lr"]) for r in rows] == result.lrs
+    assert sum(int(r["suggested"]) for r in rows) == 1
+    fig = result.plot()
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    assert any("suggested" in t.get_text() for t in ax.get_legend().get_texts())
+    png = tmp_path / "lr.png"
+    result.plot(str(png))
+    assert png.stat().st_size > 1000
+    out = tmp_path / "from_csv.png"
+    done = subprocess.run([sys.executable, "-m", "lesson.plot_lr_csv", str(path), "-o",
+                           str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 1000 and done.stderr == ""
+
+
+def test_reader_rejects_a_csv_without_lr_column(tmp_path):
+    from lesson.plot_lr_csv import read_lr_csv
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="'lr'"):
+        read_lr_csv(str(bad))
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"start_lr": 1.0, "end_lr": 1.0}, ValueError),
+    ({"start_lr": 10.0, "end_lr": 1.0}, ValueError),
+    ({"start_lr": -1.0}, ValueError),
+    ({"steps": 0}, ValueError),
+    ({"optimizer": "rmsprop-ish"}, ValueError),
+])
+def test_bad_arguments_are_clear_errors(kwargs, error):
+    x, y = _data(16)
+    with pytest.raises(error):
+        find_learning_rate(_mlp(), x, y, CE, verbose=False, **kwargs)
+
+
+def test_bad_inputs_are_clear_errors():
+    x, y = _data(16)
+    with pytest.raises(TypeError, match="nn.Module"):
+        find_learning_rate("model", x, y, CE)
+    with pytest.raises(ValueError, match="differ in length"):
+        find_learning_rate(_mlp(), x, y[:8], CE)
+    with pytest.raises(ValueError, match="empty"):
+        find_learning_rate(_mlp(), x[:0], y[:0], CE)
+    with pytest.raises(ValueError, match="no trainable"):
+        find_learning_rate(nn.ReLU(), x, y, CE)
+    with pytest.raises(TypeError, match="criterion"):
+        find_learning_rate(_mlp(), x, y, None)
