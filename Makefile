@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/nndebug demo
+	$(BIN)/nndebug clinic
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q

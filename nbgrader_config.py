@@ -16,11 +16,12 @@ c.CourseDirectory.db_url = "sqlite:///gradebook.db"
 # Only notebooks travel from solutions/ to exercises/ (no stray checkpoints or caches).
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".nndebug"]
 
-# Every notebook runs on the venv's `python3` kernel (see the Makefile's set-up).
+# Every notebook names the `python3` kernel (the venv's Python, registered by the Makefile's
+# set-up); autograde restores the source's kernelspec whatever a submission says.
 
 # Each exercise cell runs in a few seconds on a laptop CPU; a cell still running after this
 # many seconds (an endless loop) is interrupted, scores 0, and grading moves on.
-c.Execute.timeout = 30
+c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
 # Harmless library chatter on stderr (a UserWarning from torch, say) must not zero a test

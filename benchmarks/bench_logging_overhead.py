@@ -1,10 +1,10 @@
 """Step-time overhead of logging the debugger's statistics, beside wandb.watch's.
 
 The model is the debugger issue's 512-1024-1024-10 MLP, batch 256, Adam, torch.set_num_threads(2).
-Each configuration trains its own copy of the model. They run in alternating blocks of
-`--steps` steps (default 100, so each block holds exactly one log step), in a shuffled order
-every round; each block's time is divided by the plain block's time of the same round, so
-machine noise hits numerator and denominator alike, and the median over rounds is printed.
+Each configuration trains its own copy of the model. A round is `--steps` steps (default 100,
+so each round holds exactly one log step) of every configuration, interleaved step by step in
+a shuffled order, so machine noise hits all of them alike; each configuration's round time is
+divided by the plain one's, and the median over rounds is printed.
 
   plain                     no monitoring
   ours, JSONL log_every=100 NetworkDebugger(model, opt, log_every=100,
@@ -21,6 +21,7 @@ import argparse
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any
@@ -72,32 +73,41 @@ def main() -> None:
         wandb_note = f"wandb.watch not measured ({type(exc).__name__}: {exc})"
         del configs["wandb.watch"]
 
-    def block(cfg: dict[str, Any], steps: int) -> float:
+    def one_step(cfg: dict[str, Any]) -> float:
         model, opt, dbg, run = cfg["model"], cfg["opt"], cfg["dbg"], cfg["run"]
         start = time.perf_counter()
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = criterion(model(x), y)
-            if dbg is not None:
-                dbg.record_loss(loss.detach())
-            loss.backward()
-            opt.step()
-            cfg["step"] += 1
-            if run is not None and cfg["step"] % LOG_EVERY == 0:
-                run.log({"loss": loss.item()}, step=cfg["step"])
-        return (time.perf_counter() - start) / steps
+        opt.zero_grad()
+        loss = criterion(model(x), y)
+        if dbg is not None:
+            dbg.record_loss(loss.detach())
+        loss.backward()
+        opt.step()
+        cfg["step"] += 1
+        if run is not None and cfg["step"] % LOG_EVERY == 0:
+            run.log({"loss": loss.item()}, step=cfg["step"])
+        return time.perf_counter() - start
 
-    for cfg in configs.values():  # warm-up: allocator, the debugger's warm-up steps
-        block(cfg, args.steps)
+    def block(steps: int) -> dict[str, float]:
+        """`steps` steps of every configuration, interleaved step by step in a shuffled order,
+        so load changes on a shared machine hit all of them alike; total seconds each."""
+        totals = dict.fromkeys(configs, 0.0)
+        order = list(configs)
+        for _ in range(steps):
+            random.shuffle(order)
+            for n in order:
+                totals[n] += one_step(configs[n])
+        return totals
+
+    block(args.steps)  # warm-up: allocator, the debugger's warm-up steps, one log step each
     ratios: dict[str, list[float]] = {n: [] for n in configs if n != "plain"}
     plain_times = []
-    order = list(configs)
-    for _ in range(args.rounds):
-        random.shuffle(order)
-        times = {n: block(configs[n], args.steps) for n in order}
-        plain_times.append(times["plain"])
+    for i in range(args.rounds):
+        totals = block(args.steps)  # one log step of ours per round
+        plain_times.append(totals["plain"] / args.steps)
         for n in ratios:
-            ratios[n].append(times[n] / times["plain"])
+            ratios[n].append(totals[n] / totals["plain"])
+        print(f"round {i + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {rs[-1]:.3f}" for n, rs in ratios.items()), file=sys.stderr, flush=True)
     if configs.get("wandb.watch"):
         configs["wandb.watch"]["run"].finish()
     dbg = configs["ours, JSONL"]["dbg"]

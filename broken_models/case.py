@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -234,8 +233,3 @@ def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> b
         return bool(check(metrics))
     except (KeyError, TypeError, ValueError, ArithmeticError):
         return False
-
-
-def finite(value: float | None) -> bool:
-    """True when a metric is a finite number (used by symptom and target checks)."""
-    return value is not None and math.isfinite(value)

@@ -209,6 +209,8 @@ def _row_hashes(x: np.ndarray, seed: int = 0) -> np.ndarray:
     Rows with equal bytes get equal hashes; different rows collide with negligible
     probability, and every match is checked byte for byte anyway."""
     n = x.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.uint64)
     raw = x.view(np.uint8).reshape(n, -1)
     width = -(-raw.shape[1] // 8) * 8
     rng = np.random.default_rng(seed)
@@ -223,21 +225,25 @@ def _row_hashes(x: np.ndarray, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _exact_pairs(x_train: np.ndarray, h_train: np.ndarray, x_test: np.ndarray,
-                 h_test: np.ndarray) -> list[tuple[int, int]]:
-    """(train index, test index) for every test row with a byte-identical training row."""
+def _exact_pairs(x_train: np.ndarray, rows_train: np.ndarray, h_train: np.ndarray,
+                 x_test: np.ndarray, rows_test: np.ndarray, h_test: np.ndarray
+                 ) -> list[tuple[int, int]]:
+    """(train index, test index) for every test row with a byte-identical training row.
+
+    `rows_*` are the rows taking part (the finite ones) and `h_*` their hashes."""
     order = np.argsort(h_train, kind="stable")
     sorted_h = h_train[order]
     candidates = np.flatnonzero(np.isin(h_test, sorted_h))
     lo = np.searchsorted(sorted_h, h_test[candidates], side="left")
     hi = np.searchsorted(sorted_h, h_test[candidates], side="right")
     pairs = []
-    for j, a, b in zip(candidates, lo, hi):
+    for c, a, b in zip(candidates, lo, hi):
+        j = int(rows_test[c])
         row = x_test[j].tobytes()
-        match = next((int(order[k]) for k in range(a, b)
-                      if x_train[order[k]].tobytes() == row), None)
+        match = next((int(rows_train[order[k]]) for k in range(a, b)
+                      if x_train[rows_train[order[k]]].tobytes() == row), None)
         if match is not None:
-            pairs.append((match, int(j)))
+            pairs.append((match, j))
     return pairs
 
 
@@ -282,18 +288,17 @@ def _near_pairs(x_train: np.ndarray, train_rows: np.ndarray, x_test: np.ndarray,
     return [(i, j, r / np.sqrt(d)) for j, (i, r) in sorted(best.items())]
 
 
-def _duplicates_finding(x_train: np.ndarray, x_test: np.ndarray, h_train: np.ndarray,
-                        h_test: np.ndarray, ok_train: np.ndarray, ok_test: np.ndarray,
-                        scale: float, near_tol: float | None) -> Finding | None:
-    exact = _exact_pairs(x_train, h_train, x_test, h_test)
+def _duplicates_finding(x_train: np.ndarray, x_test: np.ndarray,
+                        hashed: dict[str, tuple[np.ndarray, np.ndarray]], scale: float,
+                        near_tol: float | None) -> Finding | None:
+    rows_train, rows_test = hashed["train"][0], hashed["test"][0]
+    exact = _exact_pairs(x_train, *hashed["train"], x_test, *hashed["test"])
     near: list[tuple[int, int, float]] = []
-    if near_tol and scale > 0 and ok_train.any():
-        exact_test = np.zeros(len(x_test), dtype=bool)
-        exact_test[[j for _, j in exact]] = True
-        rest = np.flatnonzero(ok_test & ~exact_test)
+    if near_tol and scale > 0 and len(rows_train):
+        rest = np.setdiff1d(rows_test, [j for _, j in exact])
         if len(rest):
             radius = near_tol * scale * np.sqrt(x_train.shape[1])
-            near = _near_pairs(x_train, np.flatnonzero(ok_train), x_test, rest, radius)
+            near = _near_pairs(x_train, rows_train, x_test, rest, radius)
     if not exact and not near:
         return None
     affected = len(exact) + len(near)
@@ -313,15 +318,19 @@ def _duplicates_finding(x_train: np.ndarray, x_test: np.ndarray, h_train: np.nda
 
 # -- conflicting labels: identical rows, different labels ----------------------------------------
 
-def _conflicts_finding(xs: list[np.ndarray], hs: list[np.ndarray], labels: list[np.ndarray],
-                       splits: list[str]) -> Finding | None:
-    """Group rows of all splits by hash; a group whose labels differ is checked byte for byte."""
-    h, y = np.concatenate(hs), np.concatenate(labels)
-    offsets = np.cumsum([0] + [len(x) for x in xs])
+def _conflicts_finding(xs: list[np.ndarray], hashed: list[tuple[np.ndarray, np.ndarray]],
+                       labels: list[np.ndarray], splits: list[str]) -> Finding | None:
+    """Group the finite rows of all splits by hash; a group whose labels differ is checked
+    byte for byte."""
+    split_of = np.concatenate([np.full(len(rows), k) for k, (rows, _) in enumerate(hashed)])
+    row_of = np.concatenate([rows for rows, _ in hashed])
+    h = np.concatenate([hashes for _, hashes in hashed])
+    y = np.concatenate([lab[rows] for lab, (rows, _) in zip(labels, hashed)])
+    if len(h) < 2:
+        return None
 
-    def locate(m: int) -> tuple[int, int]:  # global row -> (split number, row in that split)
-        s = int(np.searchsorted(offsets, m, side="right")) - 1
-        return s, int(m - offsets[s])
+    def locate(m: int) -> tuple[int, int]:  # position in h -> (split number, row in split)
+        return int(split_of[m]), int(row_of[m])
 
     order = np.argsort(h, kind="stable")
     h_sorted, y_sorted = h[order], y[order]
@@ -393,19 +402,20 @@ def validate_data(x_train: Any, y_train: Any = None, x_test: Any = None, y_test:
         if f:
             findings.append(f)
 
-    hashes = {name: _row_hashes(x) for name, x, _ in splits}
+    hashed = {}  # split -> (its finite rows, their hashes): a NaN row matches nothing
+    for name, x, _ in splits:
+        rows = np.flatnonzero(~stats[name]["bad_rows"])
+        hashed[name] = (rows, _row_hashes(x)[rows])
     if x_test is not None:
         scale = float(np.sqrt((stats["train"]["std"] ** 2).mean()))
-        f = _duplicates_finding(xtr, xte, hashes["train"], hashes["test"],
-                                ~stats["train"]["bad_rows"], ~stats["test"]["bad_rows"],
-                                scale, near_tol)
+        f = _duplicates_finding(xtr, xte, hashed, scale, near_tol)
         if f:
             findings.append(f)
 
     labelled = [(name, x, _class_labels(y)) for name, x, y in splits]
     labelled = [(name, x, y) for name, x, y in labelled if y is not None]
     if labelled:
-        f = _conflicts_finding([x for _, x, _ in labelled], [hashes[n] for n, _, _ in labelled],
+        f = _conflicts_finding([x for _, x, _ in labelled], [hashed[n] for n, _, _ in labelled],
                                [y for _, _, y in labelled], [n for n, _, _ in labelled])
         if f:
             findings.append(f)

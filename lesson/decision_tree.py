@@ -102,6 +102,8 @@ TREE: tuple[Node, ...] = (
           "fall far below its start", "DOUBLE_SOFTMAX"),
        _c("each column of the softmax output sums to 1 instead of each row",
           "SOFTMAX_WRONG_DIM"),
+       _c("the model ends in a softmax over a single output unit: every prediction is exactly 1",
+          "COLLAPSED_ACTIVATIONS"),
        _c("`nn.NLLLoss` is negative or unbounded below: it gets raw logits",
           "NLL_WITHOUT_LOG_SOFTMAX"),
        _c("prediction and target shapes differ ((N, 1) against (N,)) and the loss broadcasts",

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
-from itertools import cycle
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -66,7 +64,7 @@ class LRFinderResult(list):
 
     def plot(self, path: str | None = None):
         """Loss against learning rate (log scale), smoothed curve and suggestion marked.
-        Returns the matplotlib Figure; saves a PNG (and closes the figure) when `path` is given."""
+        Returns the matplotlib Figure; saves a PNG when `path` is given."""
         from lesson.plot_lr_csv import plot_lr_curve
 
         return plot_lr_curve(self.lrs, self.losses, self.smoothed_losses, self.suggested_lr,
@@ -82,29 +80,34 @@ def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
     return out
 
 
-SUGGESTION_RULE = "steepest descent, capped at min_loss_lr/3 and at 3x the onset"
+SUGGESTION_RULE = "steepest descent before the edge of stability, capped at a third of the edge"
 
 
-def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10) -> float | None:
+def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
+               raw: list[float] | None = None) -> float | None:
     """The suggestion rule, on the smoothed loss after the first `skip_start` points:
 
     1. plateau = median of the next 10 smoothed losses; drop = plateau - minimum;
-    2. steepest = the rate where the loss falls fastest against log10(lr), searched from where
-       10% of the drop is done up to the minimum (torch-lr-finder's rule, minus the noise of
-       the flat start);
-    3. suggestion = min(steepest, lr_at_minimum / 3, 3 * onset), where onset is the first
-       rate at which 20% of the drop is done.
+    2. edge of stability = the first of: the minimum of the smoothed loss, or the first step,
+       once half the drop is done, whose raw loss (`raw`; the smoothed one when not given)
+       is back above the plateau: one step undid the whole fall, so the rate is past the
+       edge even if the loss recovers later (Adam often does, and then keeps "improving");
+    3. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
+       from where 10% of the drop is done (skipping the noise of the flat start) up to the
+       edge;
+    4. suggestion = min(steepest, edge / 3).
 
-    Why the two caps: near the minimum the sweep is already at the edge of stability; and
-    when the targets are large (regression) the loss keeps falling for a decade or more past
-    the rates that train best, because the sweep has not finished fitting the scale of the
-    targets yet. The onset cap keeps the suggestion near where the loss starts to move.
-    Returns None when the loss never went down.
+    Why: torch-lr-finder's steepest point alone lands above the rates that train best when
+    the sweep runs into the edge of stability and comes back (Adam), and the edge itself is
+    too close to divergence to train at; a third of it is the margin the minimum-based rules
+    (fastai's lr_min = minimum / 10 is a wider one) keep. Returns None when the loss never
+    went down.
     """
     n = len(lrs)
     if n < skip_start + 3:
         return None
     loss = np.asarray(smoothed, dtype=float)
+    spikes = loss if raw is None else np.asarray(raw, dtype=float)
     log_lr = np.log10(np.asarray(lrs, dtype=float))
     i_min = int(np.argmin(loss))
     if i_min <= skip_start:
@@ -118,12 +121,14 @@ def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10) ->
         below = np.nonzero(loss[skip_start:i_min + 1] <= plateau - fraction * drop)[0]
         return skip_start + int(below[0])
 
+    half = first_below(0.5)
+    back_up = np.nonzero(spikes[half:i_min] > plateau)[0]
+    edge = half + int(back_up[0]) if len(back_up) else i_min
     lo = max(first_below(0.1) - 1, 0)
-    hi = max(i_min, lo + 2)
+    hi = max(edge, lo + 2)
     slope = np.gradient(loss[lo:hi + 1], log_lr[lo:hi + 1])
     steepest = lrs[lo + int(np.argmin(slope))]
-    onset = lrs[first_below(0.2)]
-    return float(min(steepest, lrs[i_min] / 3, 3 * onset))
+    return float(min(steepest, lrs[edge] / 3))
 
 
 def _batches(x_data: Any, y_data: torch.Tensor | None,
@@ -144,14 +149,14 @@ def _batches(x_data: Any, y_data: torch.Tensor | None,
             raise TypeError(f"x_data must be a tensor or a DataLoader, got "
                             f"{type(x_data).__name__}")
         empty = True
-        for batch in cycle_fresh(x_data):
+        for batch in _cycle(x_data):
             empty = False
             yield batch[0], batch[1]
         if empty:
             raise ValueError("the data loader yields no batches")
 
 
-def cycle_fresh(loader: Iterable) -> Iterator:
+def _cycle(loader: Iterable) -> Iterator:
     """Iterate a loader again and again (re-shuffling each pass), stop if it is empty."""
     while True:
         got = False
@@ -203,6 +208,8 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if isinstance(x_data, torch.Tensor):
         require_batch(x_data, y_data)
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
 
     user_optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     params = [p for p in model.parameters() if p.requires_grad]
@@ -211,7 +218,7 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
         lrs, losses, stopped = _sweep(model, opt, _batches(x_data, y_data, batch_size),
                                       criterion, start_lr, end_lr, steps, beta, diverge_factor)
     smoothed = smooth(losses, beta)
-    suggested = suggest_lr(lrs, smoothed, skip_start)
+    suggested = suggest_lr(lrs, smoothed, skip_start, raw=losses)
     result = LRFinderResult(zip(lrs, losses), smoothed, suggested, SUGGESTION_RULE, stopped)
     if verbose:
         _print(result, start_lr)
@@ -222,6 +229,7 @@ def _sweep(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator, crit
            start_lr: float, end_lr: float, steps: int, beta: float,
            diverge_factor: float) -> tuple[list[float], list[float], str]:
     model.train()
+    device = next(p for p in model.parameters()).device
     mult = (end_lr / start_lr) ** (1 / max(steps - 1, 1))
     lrs: list[float] = []
     losses: list[float] = []
@@ -231,6 +239,7 @@ def _sweep(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator, crit
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = next(batches)
+        x, y = x.to(device), y.to(device)
         opt.zero_grad()
         loss = criterion(model(x), y)
         value = float(loss.detach())  # one sync per step: the stop rule needs the value

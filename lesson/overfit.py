@@ -71,11 +71,20 @@ def accuracy(output: torch.Tensor, y: torch.Tensor, criterion: Criterion) -> tor
     return (preds == targets).float().mean()
 
 
-def _baseline_loss(y: torch.Tensor, criterion: Criterion) -> float:
-    """Loss of predicting the targets' mean: what "no fit at all" costs in regression."""
+def _baseline_loss(output: torch.Tensor, y: torch.Tensor, criterion: Criterion,
+                   initial_loss: float) -> float:
+    """Loss of predicting the targets' mean (shaped like the model's output): what "no fit at
+    all" costs in regression. Falls back to the initial loss if the criterion refuses it."""
     with torch.no_grad():
-        mean = y.float().mean(dim=0, keepdim=True).expand_as(y).to(y.dtype)
-        return float(criterion(mean, y))
+        if output.shape == y.shape:
+            guess = y.float().mean(dim=0, keepdim=True).expand_as(y)
+        else:
+            guess = torch.full_like(output, float(y.float().mean()))
+        try:
+            value = float(criterion(guess.to(output.dtype), y))
+        except Exception:  # a hand-written criterion with shape rules of its own
+            return initial_loss
+    return value if math.isfinite(value) else initial_loss
 
 
 def overfit_one_batch(model: nn.Module, x_batch: torch.Tensor, y_batch: torch.Tensor,
@@ -126,8 +135,8 @@ def overfit_one_batch(model: nn.Module, x_batch: torch.Tensor, y_batch: torch.Te
     if classification:
         passed = math.isfinite(final) and acc == 1.0 and final <= CLASSIFICATION_LOSS
     else:
-        passed = math.isfinite(final) and final <= REGRESSION_FRACTION * max(
-            _baseline_loss(y_batch, criterion), 1e-12)
+        baseline = _baseline_loss(output, y_batch, criterion, initial)
+        passed = math.isfinite(final) and final <= REGRESSION_FRACTION * max(baseline, 1e-12)
     findings = [] if passed else diagnose_failure(history, norms, moved, final)
     result = OverfitResult(passed, "classification" if classification else "regression",
                            initial, final, acc, history, findings)

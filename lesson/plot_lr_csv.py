@@ -13,10 +13,8 @@ import csv
 import sys
 from typing import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")  # files, not windows: works on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 
 def read_lr_csv(path: str) -> tuple[list[float], list[float], list[float] | None, float | None]:
@@ -35,8 +33,13 @@ def read_lr_csv(path: str) -> tuple[list[float], list[float], list[float] | None
 def plot_lr_curve(lrs: Sequence[float], losses: Sequence[float],
                   smoothed: Sequence[float] | None = None, suggested_lr: float | None = None,
                   path: str | None = None, title: str = "LR range test"):
-    """Loss against learning rate on a log axis; returns the Figure, saves it if `path`."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """Loss against learning rate on a log axis; returns the Figure, saves it if `path`.
+
+    The figure is drawn with the Agg canvas and never registered with pyplot, so it works
+    on servers and in CI and leaves a notebook's backend alone (it still displays inline)."""
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     ax.plot(lrs, losses, color="0.7", lw=1, label="loss")
     if smoothed is not None:
         ax.plot(lrs, smoothed, color="C0", lw=2, label="smoothed loss")
@@ -50,7 +53,6 @@ def plot_lr_curve(lrs: Sequence[float], losses: Sequence[float],
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=100)
-        plt.close(fig)
     return fig
 
 

@@ -241,26 +241,75 @@ class _Context:
     samples_path: Path | None
     image_shape: tuple[int, ...] | None
     verbose: bool
+    label_signal: bool = False
     training: dict[str, Any] | None = None
+    labels: list[Finding] | None = None
 
 
 def check_overfit(ctx: _Context) -> CheckResult:
     from lesson.overfit import overfit_one_batch
 
     idx = torch.randperm(len(ctx.x), generator=ctx.generator)[:ctx.overfit_batch]
+    xb, yb = ctx.x[idx], ctx.y[idx]
     with _quiet(ctx.verbose):
-        result = overfit_one_batch(copy.deepcopy(ctx.model), ctx.x[idx], ctx.y[idx],
-                                   ctx.criterion, lr=ctx.overfit_lr, steps=ctx.overfit_steps)
-    findings = list(result.findings)
-    if not result and not findings:
-        findings = [Finding("UNDERFITTING", f"could not overfit {len(idx)} samples in "
-                            f"{ctx.overfit_steps} steps", evidence={"final_loss": result.final_loss})]
+        result = overfit_one_batch(copy.deepcopy(ctx.model), xb, yb, ctx.criterion,
+                                   lr=ctx.overfit_lr, steps=ctx.overfit_steps)
     acc = result.final_accuracy
     line = f"{len(idx)} samples, {ctx.overfit_steps} steps: final loss {result.final_loss:.4g}" + (
         f", accuracy {acc:.0%}" if acc is not None else "")
-    return CheckResult(1, *CHECKS[0], passed=bool(result), findings=[] if result else findings,
-                       details={"final_loss": result.final_loss, "final_accuracy": acc},
-                       lines=[line])
+    details = {"final_loss": result.final_loss, "final_accuracy": acc}
+    if result:
+        return CheckResult(1, *CHECKS[0], passed=True, details=details, lines=[line])
+    findings = list(result.findings) or [Finding(
+        "UNDERFITTING", f"could not overfit {len(idx)} samples in {ctx.overfit_steps} steps",
+        evidence={"final_loss": result.final_loss})]
+    causes = _why_no_overfit(ctx, xb, yb)
+    if causes:
+        line += "; the evidence below says why"
+    return CheckResult(1, *CHECKS[0], passed=False, details=details, lines=[line],
+                       findings=causes + [f for f in findings
+                                          if f.code not in {c.code for c in causes}])
+
+
+#: how many steps the debugger watches on the batch that could not be memorised
+EXPLAIN_STEPS = 50
+
+
+def _why_no_overfit(ctx: _Context, x: torch.Tensor, y: torch.Tensor) -> list[Finding]:
+    """When one batch cannot be memorised, look for the cause on that batch: what reaches the
+    loss, identical units, samples that mix, and what the debugger sees over a few steps."""
+    from lesson.batch_independence import check_batch_independence
+    from lesson.loss_inputs import LossInputInspector
+    from lesson.monitor import NetworkDebugger
+    from lesson.stats import first_tensor
+
+    model = copy.deepcopy(ctx.model)
+    causes = _identical_units(model)
+    located: list[Finding] = []   # the operation that first made a NaN, when one did
+    with _quiet(ctx.verbose):
+        with torch.no_grad():
+            out = first_tensor(model(x))
+        inspector = LossInputInspector()
+        inspector.observe(out, y, ctx.criterion)
+        causes += inspector.findings(step=0)
+        if x.is_floating_point() and x.dim() >= 2:
+            causes += check_batch_independence(copy.deepcopy(model), x)
+        optimizer = torch.optim.Adam(model.parameters(), lr=ctx.overfit_lr)
+        with NetworkDebugger(model, optimizer, ctx.criterion, every=1) as debugger:
+            criterion = debugger.criterion or ctx.criterion
+            for _ in range(EXPLAIN_STEPS):
+                optimizer.zero_grad()
+                loss = criterion(first_tensor(model(x)), y)
+                debugger.record_loss(loss.detach())
+                if not bool(torch.isfinite(loss.detach())):
+                    located = _locate(model, x, y, ctx.criterion, fallback=False)
+                    break
+                loss.backward()
+                optimizer.step()
+            causes += debugger.diagnose()
+    seen: set[str] = set()
+    return [f for f in located + sort_findings(_trusted(causes, ctx.criterion))
+            if not (f.code in seen or seen.add(f.code))]
 
 
 def model_summary(model: nn.Module) -> list[dict[str, Any]]:
@@ -305,11 +354,25 @@ def check_summary(ctx: _Context) -> CheckResult:
                        lines=lines)
 
 
-def _locate(ctx: _Context, x: torch.Tensor, y: torch.Tensor) -> list[Finding]:
+def _locate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, criterion: Callable,
+            fallback: bool = True) -> list[Finding]:
+    """The operation that first produced NaN/Inf on this batch (locate_nonfinite)."""
     from lesson.nonfinite import locate_nonfinite
 
-    found = locate_nonfinite(copy.deepcopy(ctx.model), x, y, ctx.criterion)
-    return found or [Finding("NAN_OR_INF", "the first forward pass gives a non-finite value")]
+    found = locate_nonfinite(copy.deepcopy(model), x, y, criterion)
+    if found or not fallback:
+        return found
+    return [Finding("NAN_OR_INF", "the first forward pass gives a non-finite value")]
+
+
+def _trusted(findings: list[Finding], criterion: Callable) -> list[Finding]:
+    """Drop what cannot be judged: a hand-written loss may reshape its inputs itself, so a shape
+    difference between output and target says nothing about it."""
+    from lesson.loss_inputs import UNKNOWN, criterion_kind
+
+    if criterion_kind(criterion) != UNKNOWN:
+        return findings
+    return [f for f in findings if f.code != "LOSS_SHAPE_MISMATCH"]
 
 
 def check_forward(ctx: _Context) -> CheckResult:
@@ -328,13 +391,14 @@ def check_forward(ctx: _Context) -> CheckResult:
                                "target_shape": list(y.shape)}
     lines = [f"input {tuple(x.shape)} -> output {tuple(out.shape)}; targets {tuple(y.shape)}"]
     if not (bool(torch.isfinite(out).all()) and bool(torch.isfinite(loss).all())):
-        return CheckResult(3, *CHECKS[2], passed=False, findings=_locate(ctx, x, y),
-                           details=details, lines=lines)
+        return CheckResult(3, *CHECKS[2], passed=False, details=details, lines=lines,
+                           findings=_locate(ctx.model, x, y, ctx.criterion))
     first = float(loss.mean())
     details["first_loss"] = first
     inspector = LossInputInspector()
     inspector.observe(out, y, ctx.criterion)
     findings = inspector.findings(step=0)
+    findings = _trusted(findings, ctx.criterion)
     if out.shape[0] != x.shape[0] and not findings:
         findings.append(Finding("LOSS_SHAPE_MISMATCH", f"the output has {out.shape[0]} rows for "
                                 f"a batch of {x.shape[0]}", evidence=dict(details)))
@@ -375,6 +439,7 @@ def _short_training(ctx: _Context) -> dict[str, Any]:
     order = torch.randperm(n, generator=ctx.generator)
     pos = 0
     losses: list[float] = []
+    source: list[Finding] = []
     with _quiet(ctx.verbose), NetworkDebugger(model, optimizer, ctx.criterion, every=1) as debugger:
         criterion = debugger.criterion if getattr(debugger, "criterion", None) else ctx.criterion
         for _ in range(ctx.train_steps):
@@ -387,13 +452,16 @@ def _short_training(ctx: _Context) -> dict[str, Any]:
             debugger.record_loss(loss.detach())
             value = float(loss.detach())
             losses.append(value)
-            if not math.isfinite(value):
+            if not math.isfinite(value):   # name the operation that made it, then stop
+                source = _locate(model, ctx.x[idx], ctx.y[idx], ctx.criterion, fallback=False)
                 break
             loss.backward()
             optimizer.step()
-        findings = debugger.diagnose()
+        findings = _trusted(debugger.diagnose(), ctx.criterion)
         history = list(debugger.history)
-    return {"losses": losses, "findings": findings, "history": history}
+    known = {f.code for f in source}
+    return {"losses": losses, "source": source, "history": history,
+            "findings": source + [f for f in findings if f.code not in known]}
 
 
 def _falls(losses: list[float]) -> tuple[bool, float, float]:
@@ -410,6 +478,18 @@ def _check_of(finding: Finding) -> str:
     return _CHECK_OF_AREA.get(CODES[finding.code].area, "training")
 
 
+def _label_findings(ctx: _Context) -> list[Finding]:
+    """LABELS_SHUFFLED when asked for (`label_signal`), for classification; computed once."""
+    if not (ctx.label_signal and ctx.classification):
+        return []
+    if ctx.labels is None:
+        from lesson.labels import check_labels_carry_signal
+
+        with _quiet(ctx.verbose):
+            ctx.labels = check_labels_carry_signal(lambda: copy.deepcopy(ctx.model), ctx.x, ctx.y)
+    return list(ctx.labels)
+
+
 def check_training(ctx: _Context) -> CheckResult:
     ctx.training = run = _short_training(ctx)
     losses = run["losses"]
@@ -421,8 +501,9 @@ def check_training(ctx: _Context) -> CheckResult:
     if falls:
         findings = own
     else:
-        # the loss did not fall: every finding may be the cause; without one, the rate is
-        findings = list(run["findings"])
+        # the loss did not fall: every finding may be the cause; without one, the labels (when
+        # asked) or else the learning rate
+        findings = list(run["findings"]) or _label_findings(ctx)
         if not findings:
             rose = not math.isfinite(last) or last > first
             code = ("NAN_OR_INF" if not all(map(math.isfinite, losses)) else
@@ -430,7 +511,9 @@ def check_training(ctx: _Context) -> CheckResult:
             findings = [Finding(code, f"the loss did not fall in {len(losses)} steps "
                                 f"({first:.4g} -> {last:.4g})",
                                 evidence={"first": first, "last": last, "steps": len(losses)})]
-    return CheckResult(4, *CHECKS[3], passed=falls and not own, findings=sort_findings(findings),
+    source = [f for f in findings if f in run["source"]]   # the operation that made a NaN first
+    findings = source + sort_findings([f for f in findings if f not in source])
+    return CheckResult(4, *CHECKS[3], passed=falls and not own, findings=findings,
                        details=details, lines=lines)
 
 
@@ -519,6 +602,9 @@ def check_data(ctx: _Context) -> CheckResult:
             batches.observe_targets(ctx.y[start:start + ctx.batch_size])
     seen = {f.code for f in findings}
     findings += [f for f in batches.findings() if f.code not in seen]
+    if not any(f.code == "CLASS_IMBALANCE" for f in findings):
+        # (with one class far ahead, accuracy at the majority share says nothing about signal)
+        findings += _label_findings(ctx)
     if ctx.training:
         seen = {f.code for f in findings}
         findings += [f for f in ctx.training["findings"]
@@ -535,16 +621,17 @@ def preflight(model: nn.Module, data: Any, criterion: Callable,
               optimizer_factory: OptimizerFactory | None = None, *, batch_size: int = 32,
               overfit_batch: int = 16, overfit_steps: int = 200, overfit_lr: float = 0.01,
               train_steps: int = 60, seed: int = 0, samples_path: str | Path | None = None,
-              image_shape: tuple[int, ...] | None = None, stop_at_first_failure: bool = True,
-              verbose: bool = False) -> PreflightReport:
+              image_shape: tuple[int, ...] | None = None, label_signal: bool = False,
+              stop_at_first_failure: bool = True, verbose: bool = False) -> PreflightReport:
     """Run the lesson's seven checks on `model` before full training (see the module's doc).
 
     `data`: an (x, y) pair of tensors, a Dataset of pairs or a DataLoader. `criterion`: the
     loss, a module or a function of (output, target). `optimizer_factory(params)`: builds the
     optimizer of the short training (default Adam, lr 1e-3). `samples_path`: where check 7
     saves a picture of five samples when they are images ((C, H, W) or (H, W) samples, or any
-    shape reshaped to `image_shape`). The model, its gradients and the global random state are
-    left as they were.
+    shape reshaped to `image_shape`). `label_signal=True` adds to check 7, for classification,
+    `check_labels_carry_signal` (two short trainings: real against permuted labels). The model,
+    its gradients and the global random state are left as they were.
     """
     require_module(model)
     require_parameters(model)
@@ -565,7 +652,8 @@ def preflight(model: nn.Module, data: Any, criterion: Callable,
                    batch_size, overfit_batch, overfit_steps, overfit_lr, train_steps,
                    torch.Generator().manual_seed(seed),
                    Path(samples_path) if samples_path is not None else None,
-                   tuple(image_shape) if image_shape is not None else None, verbose)
+                   tuple(image_shape) if image_shape is not None else None, verbose,
+                   label_signal)
     checks: list[CheckResult] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -632,6 +720,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--samples", type=Path, default=Path(".nndebug/preflight-samples.png"),
                         help="where to save the picture of five samples (images only)")
     parser.add_argument("--all", action="store_true", help="run every check, even after a failure")
+    parser.add_argument("--label-signal", action="store_true",
+                        help="also check that the labels carry signal (two short trainings)")
     parser.add_argument("--json", type=Path, help="save the result as JSON")
     parser.add_argument("--report-json", type=Path,
                         help="save the findings in nndebug report's format")
@@ -650,7 +740,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             model, data, criterion, options = inputs_from_factory(load_factory(args.factory))
         options = {"train_steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
-                   "samples_path": args.samples, "stop_at_first_failure": not args.all} | options
+                   "samples_path": args.samples, "stop_at_first_failure": not args.all,
+                   "label_signal": args.label_signal} | options
         report = preflight(model, data, criterion, **options)
     except (TypeError, ValueError) as err:
         print(f"nndebug preflight: {err}", file=sys.stderr)

@@ -73,7 +73,8 @@ def report_from_debugger(debugger: Any, **parts: Any) -> dict[str, Any]:
 
 def report_from_case(name: str, seed: int = 0) -> dict[str, Any]:
     """Run the broken script of catalogue case `name` and report it as a user would: the
-    symptom, the code, the curves and findings; never the case's expected codes or fix."""
+    symptom, the code, the curves and findings; never the case's name, title, expected codes or
+    fix, which would hand the assistant the answer."""
     from broken_models import get_case
 
     case = get_case(name)
@@ -84,7 +85,7 @@ def report_from_case(name: str, seed: int = 0) -> dict[str, Any]:
     if losses is None and debugger is not None:
         losses = list(debugger.loss_history)
     return make_report(
-        run.findings, title=f"{case.title} (catalogue case {case.name}, seed {seed})",
+        run.findings, title=f"a training script (seed {seed})",   # its name would give it away
         symptom=case.symptom, loss_history=losses, metrics=metrics,
         val_loss_history=list(getattr(debugger, "val_loss_history", []) or []),
         history=list(getattr(debugger, "history", []) or []), code=case.source("broken"))

@@ -85,6 +85,10 @@ class Thresholds:
     above this share of the gradient the step then sees..."""
     stale_share: float = 0.5
     """...for at least this share of the parameters checked."""
+    not_updated_grad_ratio: float = 1e-3
+    """PARAMS_NOT_UPDATED: a tensor that did not move must have had a gradient of at least this
+    share of its norm (a conv bias before batch norm gets ~0 gradient, and its SGD update
+    rounds away in float32: that is not the bug)."""
     min_events: int = 2
     """Bookkeeping and mode rules need at least this many offending steps or passes."""
     mode_share: float = 0.5
@@ -487,7 +491,8 @@ def rule_params_not_updated(ev: Evidence, th: Thresholds) -> list[Finding]:
         if not rec.get("lr"):
             continue
         for n, p in rec["params"].items():
-            if _finite(p.get("grad_norm")) and p["grad_norm"] > 0 \
+            if _finite(p.get("grad_norm")) and _finite(p.get("weight_norm")) \
+                    and p["grad_norm"] > th.not_updated_grad_ratio * p["weight_norm"] \
                     and p.get("update_norm") == 0.0:
                 frozen[n] = frozen.get(n, 0) + 1
     names |= {n: c for n, c in frozen.items() if c >= th.min_events}

@@ -158,7 +158,9 @@ class StepBuffer:
         def flat(ts: list[torch.Tensor]) -> torch.Tensor:
             if not ts:
                 return torch.zeros(0, dtype=dtype, device=device)
-            return torch.cat([t.detach().reshape(-1).to(device=device, dtype=dtype) for t in ts])
+            if any(t.device != device for t in ts):
+                ts = [t.to(device) for t in ts]
+            return torch.cat([t.reshape(-1) for t in ts]).to(dtype)
 
         count_keys = list(self.counts)
         host_counts = [c for k in count_keys for c in self.counts[k]]

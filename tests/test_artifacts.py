@@ -5,7 +5,6 @@ import re
 import shutil
 
 import pytest
-import yaml
 
 from lesson import artifacts
 from lesson.decision_tree import TREE, Node, codes_in_tree, leaves
@@ -17,9 +16,19 @@ UPPER_SNAKE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 
 
 def front_matter(path) -> dict:
+    """The `key: value` lines between the opening `---` lines (numbers and [lists] parsed)."""
     text = path.read_text(encoding="utf-8")
     assert text.startswith("---\n"), f"{path.name} has no front matter"
-    return yaml.safe_load(text.split("---\n", 2)[1])
+    meta = {}
+    for line in text.split("---\n", 2)[1].splitlines():
+        key, sep, value = line.partition(": ")
+        assert sep and re.fullmatch(r"[a-z_]+", key), f"bad front matter line {line!r}"
+        value = value.strip()
+        if value.startswith("["):
+            meta[key] = [v.strip() for v in value.strip("[]").split(",")]
+        else:
+            meta[key] = int(value) if value.isdigit() else value
+    return meta
 
 
 def section(text: str, name: str) -> str:

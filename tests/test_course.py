@@ -13,7 +13,7 @@ import pytest
 
 from lesson.learner.catalog import load_exercises
 from lesson.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
-                                      export_grades, generate_release, submit)
+                                      export_grades, generate_release, gradebook_scores, submit)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = load_exercises()
@@ -66,6 +66,18 @@ WRONG: list[tuple[str, str, str, object, str]] = [
     ("wrong", "clinic2_nan_inf", "softmax_overflow",  # skips the steps whose loss is Inf
      ("broken", "softmax_overflow", [("break  # stop at the first NaN, before it reaches the "
                                       "weights", "continue")]), "test_softmax_overflow_repair"),
+    ("wrong", "clinic3_bad_model", "test_rows_in_train",  # switches the validator off
+     ("broken", "test_rows_in_train", [("findings = validate_data(data.x_train, data.y_train, "
+                                        "data.x_val, data.y_val)", "findings = []")]),
+     "test_test_rows_in_train_repair"),
+    ("wrong", "clinic3_bad_model", "labels_shuffled",  # a plausible but wrong diagnosis
+     ('diagnosis["labels_shuffled"] = "LABELS_SHUFFLED"',
+      'diagnosis["labels_shuffled"] = "LABEL_NOISE"'), "test_labels_shuffled_diagnosis"),
+    ("wrong", "clinic4_pytorch", "double_softmax",  # trains harder, keeps the softmax
+     ("broken", "double_softmax", [("lr=1e-2", "lr=1e-1")]), "test_double_softmax_repair"),
+    ("wrong", "clinic4_pytorch", "nll_on_logits",  # softmax, not log-softmax, before NLLLoss
+     ("broken", "nll_on_logits", [("nn.Linear(32, 10))", "nn.Linear(32, 10), nn.Softmax(dim=1))")]),
+     "test_nll_on_logits_repair"),
 ]
 
 
@@ -169,23 +181,38 @@ def test_every_wrong_answer_targets_a_real_cell():
 
 # -- the simulated class -------------------------------------------------------------------
 
-LOOPER = ("ex1_exploding_gradients", "suggest_clip_value",
-          "import time\n\n"
-          "def suggest_clip_value(history, percentile=10.0):\n"
-          "    while not history:          # 'wait until there are records': never returns\n"
-          "        time.sleep(0.05)\n"
-          "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
-          "    if not norms:\n"
-          "        raise ValueError('no finite norm')\n"
-          "    return float(np.percentile(norms, percentile))\n")
+#: ex1 with an endless loop in one function (for an empty history), and a library-style
+#: warning on stderr from another, which must not cost a point (IgnorePattern).
+LOOPER = ("ex1_exploding_gradients", {
+    "suggest_clip_value":
+        "import time\n\n"
+        "def suggest_clip_value(history, percentile=10.0):\n"
+        "    while not history:          # 'wait until there are records': never returns\n"
+        "        time.sleep(0.05)\n"
+        "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
+        "    if not norms:\n"
+        "        raise ValueError('no finite norm')\n"
+        "    return float(np.percentile(norms, percentile))\n",
+    "total_grad_norm":
+        "import sys\n\n"
+        "def total_grad_norm(record):\n"
+        "    print('UserWarning: this is how torch warns on stderr', file=sys.stderr)\n"
+        "    norms = [p['grad_norm'] for p in record['params'].values() if p['grad_norm'] is not None]\n"
+        "    return math.sqrt(sum(n * n for n in norms))\n",
+})
 TAMPERER = ("ex4_data_validator", "validate", "def validate(x_train, y_train, x_test, y_test):\n"
             "    return []\n", "test_validate_example", "print('all tests pass')\n")
 
 
+#: Students graded together (one nbgrader autograde each, the groups side by side): the
+#: looper's minute of waiting overlaps the others' work.
+GRADERS = [["looper"], ["model"], ["wrong"], ["blank", "wrong2", "tamperer"]]
+
+
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
-    """A course copy with its release generated and a class of simulated students, each
-    autograded in a clone of the course (so graders run side by side) and exported.
+    """A course copy with its release generated and a class of simulated students, graded in
+    clones of the course (so graders run side by side); the model student's grades exported.
 
     Returns (course root, {student: that student's course copy}, {(student, assignment):
     (score, max_score)})."""
@@ -202,25 +229,27 @@ def graded_class(tmp_path_factory):
         answers = {cell: src for cell, src, _ in _wrong_answers(student, name)}
         submissions.setdefault(student, []).append(
             (name, _edited(ex.solution(ROOT), answers, drafts / student / name / ex.notebook)))
-    name, cell, source = LOOPER
+    name, answers = LOOPER
     ex = next(e for e in EXERCISES if e.name == name)
-    submissions["looper"] = [(name, _edited(ex.solution(ROOT), {cell: source},
+    submissions["looper"] = [(name, _edited(ex.solution(ROOT), answers,
                                             drafts / "looper" / ex.notebook))]
     name, cell, source, test_cell, test_source = TAMPERER
     ex = next(e for e in EXERCISES if e.name == name)
     submissions["tamperer"] = [(name, _edited(ex.solution(ROOT), {cell: source, test_cell: test_source},
                                               drafts / "tamperer" / ex.notebook))]
     copies = {}
-    for student, items in submissions.items():
-        copies[student] = clone(root, base / f"grader-{student}")
-        for name, path in items:
-            submit(copies[student], student, name, path)
-    # the slowest graders first, so the pool ends together
-    order = sorted(copies, key=lambda s: -len(submissions[s]) - 10 * (s == "looper"))
-    autograde_each([copies[s] for s in order], jobs=3)
-    grades = {}
-    for copy in copies.values():
-        grades.update(export_grades(copy))
+    for i, group in enumerate(GRADERS):
+        copy = clone(root, base / f"grader-{i}")
+        for student in group:
+            copies[student] = copy
+            for name, path in submissions.pop(student):
+                submit(copy, student, name, path)
+    assert not submissions, f"students without a grader: {sorted(submissions)}"
+    autograde_each(list(dict.fromkeys(copies.values())), jobs=3)
+    grades = export_grades(copies["model"])                  # nbgrader export, for real
+    assert grades == gradebook_scores(copies["model"])
+    for copy in dict.fromkeys(copies.values()):
+        grades.update(gradebook_scores(copy))
     return root, copies, grades
 
 
@@ -248,6 +277,8 @@ def test_exercises_folder_is_exactly_the_generated_release(graded_class):
 
 @pytest.mark.slow
 def test_solutions_score_full_marks(graded_class):
+    """The instructor half of the rustlings-style dev check (tests/test_learner.py has the
+    learner half): every solution passes every test, hidden ones included."""
     _, _, grades = graded_class
     for name in NAMES:
         score, max_score = grades[("model", name)]
@@ -276,6 +307,8 @@ def test_plausible_wrong_answers_score_less_than_full(graded_class):
 
 @pytest.mark.slow
 def test_an_endless_loop_scores_zero_for_its_cell_and_the_rest_is_graded(graded_class):
+    """The loop's cell is interrupted at the timeout; every other cell keeps its points, also
+    those whose code wrote a warning to stderr."""
     cells = _cells(graded_class, "looper", LOOPER[0])
     assert cells["test_suggest_clip_value"][0] == 0
     others = {k: v for k, v in cells.items() if k != "test_suggest_clip_value"}

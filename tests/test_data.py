@@ -74,6 +74,17 @@ def test_nonfinite_inputs_are_counted_with_first_rows():
     assert "UNNORMALIZED_INPUTS" not in codes(validate_data(x, y))
 
 
+def test_rows_of_nan_are_not_duplicates_or_conflicts_of_each_other():
+    x, y = clean(16)
+    xt, yt = clean(17, n=100)
+    x[::40] = np.nan            # failed exports: whole rows of NaN, with different labels
+    xt[::10] = np.nan
+    assert codes(validate_data(x, y, xt, yt)) == ["NONFINITE_INPUT", "NONFINITE_INPUT"]
+    everything_nan = np.full((5, 3), np.nan, dtype=np.float32)
+    assert codes(validate_data(everything_nan, np.arange(5), everything_nan, np.arange(5))) == [
+        "NONFINITE_INPUT", "NONFINITE_INPUT"]
+
+
 def test_nonfinite_targets_and_test_split_are_reported_by_split():
     x, y = clean(1)
     xt, yt = clean(2, n=100)

@@ -210,14 +210,14 @@ def test_watch_stops_cleanly_on_ctrl_c(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [e.name for e in EXERCISES])
-def test_dev_check_release_fails_and_solution_passes(name):
-    """Like rustlings' own CI: the learner's starting point fails every visible test, and the
-    instructor's solution passes them all (hidden tests included)."""
-    ex = find_exercise(name, EXERCISES)
-    released = run_notebook(ex.released(ROOT))
-    assert released.tests and not any(t.passed for t in released.tests), released
-    solution = run_notebook(ex.solution(ROOT))
-    assert solution.passed, [(t.name, t.message) for t in solution.tests if not t.passed]
+def test_dev_check_every_released_exercise_fails(name):
+    """Like rustlings' own CI: the learner's starting point fails every visible test. (That
+    every solution passes them all, hidden tests included, is graded for real by nbgrader in
+    tests/test_course.py; the check below runs a solved notebook through this same runner.)"""
+    released = run_notebook(find_exercise(name, EXERCISES).released(ROOT))
+    assert released.tests and not released.error
+    assert not any(t.passed for t in released.tests), [t.name for t in released.tests if t.passed]
+    assert all(t.message for t in released.tests)
 
 
 @pytest.mark.slow
@@ -239,3 +239,15 @@ def test_check_reports_each_test_and_the_first_failure_then_passes(tmp_path, cap
         find_exercise("ex5", EXERCISES).released(root))
     state = json.loads((root / ".nndebug" / "progress.json").read_text())
     assert state["ex5_gradient_check"]["status"] == "done"
+
+
+def test_data_dir_must_exist_and_reaches_the_kernels_environment(tmp_path, monkeypatch, capsys):
+    root = course_copy(tmp_path, names=["ex3_lr_finder"])
+    monkeypatch.setenv("NNDEBUG_DATA_DIR", "")  # restored (unset) after the test
+    assert cli("check", root, "ex3", "--data-dir", str(tmp_path / "missing")) == 2
+    assert "is not a folder" in capsys.readouterr().out
+    seen = []
+    monkeypatch.setattr(commands, "run_notebook", lambda path: seen.append(
+        __import__("os").environ.get("NNDEBUG_DATA_DIR")) or CheckResult(Path(path)))
+    cli("check", root, "ex3", "--data-dir", str(tmp_path))
+    assert seen == [str(tmp_path.resolve())]

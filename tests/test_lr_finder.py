@@ -114,7 +114,8 @@ def test_csv_and_plot_and_the_exercise_reader(tmp_path):
     result = find_learning_rate(_mlp(), x, y, CE, verbose=False)
     path = tmp_path / "lr.csv"
     result.to_csv(str(path))
-    rows = list(csv.DictReader(path.open()))
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
     assert len(rows) == len(result)
     assert [float(r["lr"]) for r in rows] == result.lrs
     assert sum(int(r["suggested"]) for r in rows) == 1

@@ -424,3 +424,22 @@ def test_unshuffled_batches():
     dbg, _ = train(model, torch.optim.SGD(model.parameters(), lr=0.1), x, y, steps=8, batch=64)
     assert sum(len(torch.unique(y[i:i + 64])) == 1 for i in range(0, 512, 64)) >= 7
     assert "UNSHUFFLED_BATCHES" in codes(dbg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_lesson_bugs_caught_across_seeds(seed):
+    """The lesson's lr=10 and missing-zero_grad networks, several seeds, the lesson's calls."""
+    torch.manual_seed(42)
+    x = torch.randn(64, 10)
+    y = (x[:, 0] > 0).long()
+    torch.manual_seed(seed)
+    model = mlp(10, 32, 2)
+    dbg, _ = train(model, torch.optim.SGD(model.parameters(), lr=10.0), x, y, steps=20,
+                   pass_optimizer=False)
+    found = codes(dbg)
+    assert "LR_TOO_HIGH" in found and "MISSING_ZERO_GRAD" not in found
+    model = mlp(10, 32, 2)
+    dbg, _ = train(model, torch.optim.SGD(model.parameters(), lr=0.01), x, y, steps=50,
+                   zero_grad=False, pass_optimizer=False)
+    assert "MISSING_ZERO_GRAD" in codes(dbg) and "LR_TOO_HIGH" not in codes(dbg)

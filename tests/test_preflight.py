@@ -146,6 +146,21 @@ def test_a_loader_sorted_by_label_is_reported():
     assert "UNSHUFFLED_BATCHES" in [f.code for f in report.failed.findings]
 
 
+@pytest.mark.slow
+def test_labels_without_signal_are_caught_when_asked():
+    """Shuffled labels: one batch is still memorised (check 1 passes), the short training cannot
+    fall, and the label check names the cause instead of guessing the learning rate."""
+    x, y = blobs(256, classes=2)
+    shuffled = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(3))]
+    report = preflight(mlp(classes=2), (x, shuffled), nn.CrossEntropyLoss(), label_signal=True,
+                       **FAST)
+    assert report["overfit"].passed
+    assert report.failed is not None and report.failed.name == "training", str(report)
+    assert [f.code for f in report.failed.findings] == ["LABELS_SHUFFLED"]
+    assert preflight(mlp(classes=2), (x, y), nn.CrossEntropyLoss(), label_signal=True,
+                     **FAST).passed
+
+
 @pytest.mark.parametrize("call, error", [
     (lambda: preflight("model", (torch.zeros(4, 2), torch.zeros(4)), nn.MSELoss()), TypeError),
     (lambda: preflight(nn.Linear(2, 1), (torch.zeros(4, 2), torch.zeros(3)), nn.MSELoss()),
@@ -210,20 +225,28 @@ STOPS = {
     "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "overfit",
     "exploding_rnn": "forward", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
     "zero_init": "overfit", "unnormalized_inputs": "forward", "linear_model_on_xor": "overfit",
-    "softmax_overflow": "training", "batchnorm_without_eps": "overfit", "nan_rows": "forward",
-    "adam_lr_one": "training",
+    "log_of_zero": "training", "softmax_overflow": "training", "batchnorm_without_eps": "overfit",
+    "nan_rows": "forward", "adam_lr_one": "training", "labels_shuffled": "data",
+    "class_imbalance": "data", "sorted_by_label": "data", "conflicting_labels": "data",
+    "double_softmax": "overfit", "softmax_dim0": "overfit", "mse_shape_mismatch": "overfit",
+    "nll_on_logits": "overfit", "relu_on_regression_output": "overfit",
+    "view_across_batch": "overfit", "softmax_single_output": "overfit",
 }
+#: options a case needs (the label check costs two short trainings, so it is opt-in)
+OPTIONS = {"labels_shuffled": {"label_signal": True}}
 #: cases whose bug is outside what preflight is given: its own loop is correct (zero_grad,
-#: optimizer built from the final model, no scheduler), or it needs a split it does not see
+#: train/eval modes, optimizer built from the final model, no scheduler), it sees no held-out
+#: split, it does not check gradients numerically, or the model is not a torch module
 OUT_OF_REACH = {
     "missing_zero_grad": "training loop", "zero_grad_after_backward": "training loop",
     "optimizer_before_new_head": "training loop", "scheduler_every_batch": "training loop",
+    "eval_forgotten": "evaluation loop", "train_not_restored": "training loop",
+    "overfitting": "needs the validation curve", "test_rows_in_train": "needs the test split",
+    "label_noise": "needs confident learning over k folds (find_label_issues)",
+    "custom_function_transpose": "a wrong backward formula: the gradient check's job",
 }
-#: cases preflight cannot run yet (say why)
-BLOCKED = {
-    "log_of_zero": "overfit_one_batch's baseline calls the hand-written criterion with a (1,) "
-                   "prediction, which the criterion cannot squeeze",
-}
+#: cases preflight cannot run: their script trains no torch module under a NetworkDebugger
+NOT_CAPTURED = {"miniframework_transpose": "the NumPy mini-framework"}
 
 
 def catalogue_names() -> list[str]:
@@ -233,7 +256,7 @@ def catalogue_names() -> list[str]:
 
 
 def test_every_catalogue_case_has_a_declared_preflight_outcome():
-    undeclared = set(catalogue_names()) - set(STOPS) - set(OUT_OF_REACH) - set(BLOCKED)
+    undeclared = set(catalogue_names()) - set(STOPS) - set(OUT_OF_REACH) - set(NOT_CAPTURED)
     assert not undeclared, f"declare where preflight stops: {sorted(undeclared)}"
 
 
@@ -242,7 +265,7 @@ def test_every_catalogue_case_has_a_declared_preflight_outcome():
 def test_preflight_stops_at_the_first_failing_check_of_a_broken_case(name):
     from lesson.preflight_catalogue import preflight_case
 
-    report = preflight_case(name, seed=0)
+    report = preflight_case(name, seed=0, **OPTIONS.get(name, {}))
     assert report is not None and report.failed is not None, f"{name}: preflight passed"
     assert report.failed.name == STOPS[name], str(report)
     assert report.checks[-1] is report.failed                # it stopped there
@@ -256,6 +279,13 @@ def test_loop_bugs_are_out_of_preflights_reach(name):
     from lesson.preflight_catalogue import preflight_case
 
     assert preflight_case(name, seed=0).passed
+
+
+@pytest.mark.parametrize("name", sorted(NOT_CAPTURED))
+def test_cases_without_a_torch_model_are_not_captured(name):
+    from lesson.preflight_catalogue import inputs_from_case
+
+    assert inputs_from_case(name) is None
 
 
 def test_command_line_runs_a_catalogue_case(capsys):

@@ -15,7 +15,7 @@ from broken_models.case import Outcome
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "20% of the labels flipped"
-SYMPTOM = "Training accuracy on the given labels is stuck near 80%, validation accuracy drops."
+SYMPTOM = "The network fits its training labels, yet validation accuracy falls to about 80%."
 EXPECTED = ("LABEL_NOISE",)
 SECONDARY = ()
 TOOL = "label_issues"
@@ -33,7 +33,7 @@ def wrong_labels(y: torch.Tensor, share: float, seed: int) -> torch.Tensor:
 
 
 def symptom_seen(m: dict) -> bool:
-    return m["train_accuracy"] < 0.9 and m["val_accuracy"] < 0.9
+    return m["val_accuracy"] < 0.88
 
 
 def target_reached(m: dict) -> bool:
@@ -46,7 +46,7 @@ def train_broken(seed: int) -> Outcome:
     torch.manual_seed(seed)
     data = digits(seed, n_train=600)
     data = data._replace(y_train=wrong_labels(data.y_train, 0.2, seed))
-    issues = find_label_issues(lambda: mlp([64, 32, 10]), data.x_train, data.y_train, epochs=10, seed=seed)
+    issues = find_label_issues(lambda: mlp([64, 32, 10]), data.x_train, data.y_train, seed=seed)
     model = mlp([64, 32, 10])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()
@@ -65,7 +65,7 @@ def train_fixed(seed: int) -> Outcome:
 
     torch.manual_seed(seed)
     data = digits(seed, n_train=600)
-    issues = find_label_issues(lambda: mlp([64, 32, 10]), data.x_train, data.y_train, epochs=10, seed=seed)
+    issues = find_label_issues(lambda: mlp([64, 32, 10]), data.x_train, data.y_train, seed=seed)
     model = mlp([64, 32, 10])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()

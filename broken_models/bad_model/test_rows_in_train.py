@@ -24,7 +24,7 @@ TARGET = "validation accuracy >= 0.9"
 
 
 def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] - m["clean_val_accuracy"] > 0.02
+    return m["val_accuracy"] > m["clean_val_accuracy"] + 0.005
 
 
 def target_reached(m: dict) -> bool:

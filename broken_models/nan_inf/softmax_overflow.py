@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from broken_models.case import Outcome
 from broken_models.datasets import digits, mlp, scores

@@ -18,7 +18,7 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "SGD with a learning rate of 10"
 SYMPTOM = "The loss bounces around and ends no lower than where it started (or turns NaN)."
 EXPECTED = ("LR_TOO_HIGH",)
-SECONDARY = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+SECONDARY = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."
@@ -34,7 +34,7 @@ def target_reached(m: dict) -> bool:
 
 
 def train_broken(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
+    from lesson import NetworkDebugger, find_learning_rate
 
     torch.manual_seed(seed)
     data = digits(seed)
@@ -48,11 +48,12 @@ def train_broken(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
+    sweep = find_learning_rate(mlp([64, 32, 10]), data.x_train, data.y_train, criterion, verbose=False)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report=sweep)
 
 
 def train_fixed(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
+    from lesson import NetworkDebugger, find_learning_rate
 
     torch.manual_seed(seed)
     data = digits(seed)
@@ -66,4 +67,5 @@ def train_fixed(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
+    sweep = find_learning_rate(mlp([64, 32, 10]), data.x_train, data.y_train, criterion, verbose=False)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report=sweep)

@@ -31,7 +31,7 @@ def target_reached(m: dict) -> bool:
 
 
 def train_broken(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
+    from lesson import NetworkDebugger, find_learning_rate
 
     torch.manual_seed(seed)
     data = digits(seed)
@@ -45,11 +45,12 @@ def train_broken(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
+    sweep = find_learning_rate(mlp([64, 32, 10]), data.x_train, data.y_train, criterion, verbose=False)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report=sweep)
 
 
 def train_fixed(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
+    from lesson import NetworkDebugger, find_learning_rate
 
     torch.manual_seed(seed)
     data = digits(seed)
@@ -63,4 +64,5 @@ def train_fixed(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
+    sweep = find_learning_rate(mlp([64, 32, 10]), data.x_train, data.y_train, criterion, verbose=False)
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report=sweep)

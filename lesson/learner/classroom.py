@@ -88,6 +88,16 @@ def export_grades(root: Path) -> dict[tuple[str, str], tuple[float, float]]:
                 for row in csv.DictReader(f)}
 
 
+def gradebook_scores(root: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(student, assignment) -> (score, max_score) read from the gradebook in-process: what
+    `export_grades` gives, without starting nbgrader again."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {(sub.student_id, assignment.name): (float(sub.score), float(sub.max_score))
+                for assignment in gb.assignments for sub in assignment.submissions}
+
+
 def cell_grades(root: Path, student: str, assignment: str, notebook: str
                 ) -> dict[str, tuple[float, float]]:
     """Test cell name -> (score, max_score) of one autograded notebook, from the gradebook."""

@@ -1,20 +1,68 @@
-"""What a clinic notebook shows of a catalogue case: its card and its broken script."""
+"""What a clinic notebook needs from a catalogue case: its card and script, and a guard that
+a repair fixed the bug rather than the diagnostics.
+
+A case's training function returns its own metrics and findings, so a "repair" could simply
+stop measuring (drop the validator's findings, skip the debugger). `harness_changes` compares
+the repair's source with the broken script: every line that measures or reports (the
+debugger, the tool named by the case, the metrics) must still be there, word for word.
+"""
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import textwrap
+from typing import Any, Callable
+
+#: a line of a case script that measures or reports, rather than trains
+_HARNESS = re.compile(
+    r"NetworkDebugger|debugger\.|findings|Outcome\(|metrics|scores\(|locate_nonfinite|"
+    r"validate_data|check_labels_carry_signal|find_label_issues|gradient_check|"
+    r"overfit_one_batch|find_learning_rate|check_batch_independence|preflight")
+#: module names a repair must not borrow from the case page (its answer, its judging)
+_NOT_SHARED = {"train_broken", "train_fixed", "symptom_seen", "target_reached"}
 
 
-def show_case(name: str) -> None:
-    """Print a case's symptom and target, then the source of its broken training script."""
+def _case(name: str) -> Any:
     from broken_models import CATALOGUE
 
     if name not in CATALOGUE:
         raise ValueError(f"no case {name!r} in the catalogue")
-    case = CATALOGUE[name]
-    module = importlib.import_module(case.module)
+    return CATALOGUE[name]
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(_case(name).module)
+
+
+def show_case(name: str, into: dict[str, Any] | None = None) -> None:
+    """Print a case's symptom and target, then its broken training script. With `into` (the
+    notebook's `globals()`), also define the helpers that script uses (its imports and the
+    page's own functions), so a copy of it runs in the notebook."""
+    case, module = _case(name), _module(name)
     print(f"{case.title}\n")
     print(f"symptom: {case.symptom}")
     print(f"target:  {case.target}\n")
     print(textwrap.dedent(inspect.getsource(module.train_broken)))
+    if into is not None:
+        into.update({k: v for k, v in vars(module).items()
+                     if not k.startswith("_") and not k.isupper() and k not in _NOT_SHARED})
+
+
+def harness_lines(source: str) -> list[str]:
+    """The stripped lines of a script that measure or report."""
+    return [ln.strip() for ln in source.splitlines() if _HARNESS.search(ln)]
+
+
+def harness_changes(name: str, repair: Callable[..., Any]) -> list[str]:
+    """What the repair changed in the case's measuring code ([] when nothing): lines of the
+    broken script's harness missing from the repair, or the catalogue's own function."""
+    case, module = _case(name), _module(name)
+    if repair in (case.train_broken, case.train_fixed):
+        return ["this is the catalogue's own script, not a repair"]
+    try:
+        source = inspect.getsource(repair)
+    except (OSError, TypeError) as exc:
+        return [f"cannot read the repair's source: {exc}"]
+    mine = {ln.strip() for ln in source.splitlines()}
+    return [ln for ln in harness_lines(inspect.getsource(module.train_broken)) if ln not in mine]

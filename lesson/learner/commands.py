@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -16,6 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         help="the course repository (default: found from the current folder)")
     if command in {"check", "hint"}:
         parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1")
+    if command in {"check", "watch", "exercises"}:
+        parser.add_argument("--data-dir", type=Path, default=None,
+                            help="a folder holding data sets on disk (e.g. cifar-10-batches-py); "
+                                 "the notebooks read it from NNDEBUG_DATA_DIR, never download")
     if command == "exercises":
         parser.add_argument("--recheck", action="store_true",
                             help="run every started exercise again, even if unchanged")
@@ -31,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         root = find_course_root(args.course_dir)
+        if getattr(args, "data_dir", None) is not None:
+            if not args.data_dir.is_dir():
+                raise ValueError(f"--data-dir {args.data_dir} is not a folder")
+            os.environ["NNDEBUG_DATA_DIR"] = str(args.data_dir.resolve())  # kernels inherit it
         exercises = load_exercises()
         if args.command == "exercises":
             return show_progress(root, exercises, recheck=args.recheck)
@@ -40,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             return hint(root, find_exercise(args.exercise, exercises))
         if args.command == "watch":
             chosen = find_exercise(args.exercise, exercises) if args.exercise else None
+            if args.interval <= 0 or args.max_checks < 0:
+                raise ValueError("--interval must be above 0 and --max-checks at least 0")
             return watch(root, exercises, chosen, args.interval, args.max_checks)
     except ValueError as exc:
         print(f"nndebug {args.command}: {exc}")
@@ -178,6 +189,8 @@ def watch(root: Path, exercises: list[Exercise], chosen: Exercise | None, interv
                 print("Every exercise passes. Nothing left to watch.")
                 return 0
             path = exercise.released(root)
+            if not path.is_file():
+                raise ValueError(f"{path} does not exist")
             seen = path.stat().st_mtime_ns
             passed = checker(root, exercise) == 0
             checks += 1

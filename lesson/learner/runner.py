@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: seconds one cell may run before it is interrupted (the same limit nbgrader applies)
-CELL_TIMEOUT = 30
+CELL_TIMEOUT = 60
 #: stderr text matching this is library chatter, not a failure (as in nbgrader_config.py)
 IGNORED_STDERR = re.compile(r"(?i)warn")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -86,6 +86,7 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT) -> CheckResult:
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", allow_errors=True,
         interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no start-up chatter on the terminal
         error_on_timeout={"ename": "CellTimeoutError", "evalue":
                           f"the cell ran for more than {timeout} s and was interrupted",
                           "traceback": []})

@@ -1,0 +1,108 @@
+"""A custom autograd.Function whose backward transposes the weight's gradient.
+
+Writing forward and backward by hand (for speed, or for an operation torch lacks) means
+deriving the gradient yourself. For y = x W^T + b the weight's gradient is grad_y^T x, of shape
+(out, in). Written as x^T grad_y it has shape (in, out): for a square weight the shapes agree,
+nothing errors, and every step moves W along the wrong direction. The loss still falls,
+because the output layer is fine. Only a gradient check, finite differences against
+your backward, says which parameter is wrong.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import digits, scores
+
+TITLE = "A custom autograd.Function with a transposed gradient"
+SYMPTOM = "The loss stalls near 0.5 and accuracy below 90%, where nn.Linear reaches 0.06 and 96%."
+EXPECTED = ("GRADIENT_MISMATCH",)
+SECONDARY = ()
+TOOL = "gradient_check"
+LESSON = "Technique 1: gradient checking"
+FIX = "Return grad_output.T @ x (shape out x in) as the weight's gradient, not x.T @ grad_output."
+TARGET = "validation accuracy >= 0.9"
+
+
+class HandMadeLinear(nn.Module):
+    """A linear layer whose forward and backward are the given autograd.Function."""
+
+    def __init__(self, size: int, function: type[torch.autograd.Function]):
+        super().__init__()
+        reference = nn.Linear(size, size)
+        self.weight, self.bias = reference.weight, reference.bias
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function.apply(x, self.weight, self.bias)
+
+
+def symptom_seen(m: dict) -> bool:
+    return m["final_loss"] > 0.2
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_accuracy"] >= 0.9
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, gradient_check_report
+
+    class LinearFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias):
+            ctx.save_for_backward(x, weight)
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_y):
+            x, weight = ctx.saved_tensors
+            grad_weight = x.T @ grad_y
+            return grad_y @ weight, grad_weight, grad_y.sum(dim=0)
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = nn.Sequential(HandMadeLinear(64, LinearFunction), nn.Tanh(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    criterion = nn.CrossEntropyLoss()
+    report = gradient_check_report(model, data.x_train[:8], data.y_train[:8], criterion)
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report.findings, report)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger, gradient_check_report
+
+    class LinearFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias):
+            ctx.save_for_backward(x, weight)
+            return x @ weight.T + bias
+
+        @staticmethod
+        def backward(ctx, grad_y):
+            x, weight = ctx.saved_tensors
+            grad_weight = grad_y.T @ x
+            return grad_y @ weight, grad_weight, grad_y.sum(dim=0)
+
+    torch.manual_seed(seed)
+    data = digits(seed)
+    model = nn.Sequential(HandMadeLinear(64, LinearFunction), nn.Tanh(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    criterion = nn.CrossEntropyLoss()
+    report = gradient_check_report(model, data.x_train[:8], data.y_train[:8], criterion)
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(100):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    return Outcome(scores(model, data, debugger.loss_history), debugger, report.findings, report)

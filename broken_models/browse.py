@@ -1,0 +1,75 @@
+"""`nndebug list` and `nndebug show CASE`: read the catalogue from the terminal.
+
+`list` prints the cases family by family. `show` prints a case's symptom first (what you would
+see in your own run), and only on request the answer: `--diff` adds the unified diff from the
+broken script to the fixed one, with the fix in one sentence and the lesson section to read.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    if command == "list":
+        parser.add_argument("--family", metavar="NAME", help="list only one family")
+    else:
+        parser.add_argument("case", metavar="CASE", help="a case name from `nndebug list`")
+        parser.add_argument("--diff", action="store_true",
+                            help="also show the bug: the diff broken -> fixed, the fix, the lesson")
+        parser.add_argument("--source", choices=["broken", "fixed"],
+                            help="print the whole broken (or fixed) training script")
+
+
+def _wrap(label: str, text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent=f"{label:<9}", subsequent_indent=" " * 9)
+
+
+def list_cases(family: str | None = None) -> str:
+    """The catalogue as text: one block per family, one line per case."""
+    from broken_models import FAMILIES, by_family
+
+    lines: list[str] = []
+    groups = by_family(family)
+    width = max((len(c.name) for cases in groups.values() for c in cases), default=0)
+    for fam, cases in groups.items():
+        lines.append(f"{FAMILIES[fam]}  ({fam}, {len(cases)} cases)")
+        lines += [f"  {c.name:<{width}}  {c.title}  [{', '.join(c.expected)}]" for c in cases]
+        lines.append("")
+    total = sum(len(c) for c in groups.values())
+    lines.append(f"{total} cases. `nndebug show CASE` for one, `nndebug clinic` to diagnose them all.")
+    return "\n".join(lines)
+
+
+def show_case(name: str, diff: bool = False, source: str | None = None) -> str:
+    """A case page as text: symptom first; with `diff`, the bug and its fix."""
+    from broken_models import FAMILIES, get_case
+
+    case = get_case(name)
+    lines = [f"{case.name}: {case.title}", f"({FAMILIES[case.family]})", "",
+             _wrap("Symptom", case.symptom), _wrap("Tool", case.tool), ""]
+    if source:
+        lines += [case.source(source)]
+    if not diff:
+        lines.append(f"Try to find the bug yourself; `nndebug show {case.name} --diff` reveals it.")
+        return "\n".join(lines)
+    lines += [_wrap("Codes", ", ".join(case.expected)
+                    + (f" (may also show: {', '.join(case.secondary)})" if case.secondary else "")),
+              _wrap("Fix", case.fix), _wrap("Target", case.target), _wrap("Lesson", case.lesson)]
+    if case.reference:
+        lines.append(_wrap("In the wild", case.reference))
+    lines += ["", case.diff()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "list":
+            print(list_cases(args.family))
+        else:
+            print(show_case(args.case, diff=args.diff, source=args.source))
+    except ValueError as exc:
+        print(f"nndebug {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,73 @@
+"""nn.MSELoss with (N, 1) predictions against (N,) targets.
+
+A regression head returns shape (N, 1); the targets are (N,). MSELoss broadcasts the two into
+an (N, N) matrix and averages all of it: every prediction is compared with every target. The
+best a model can do against that is to predict the mean of all targets for every input, so it
+learns exactly that. PyTorch prints a UserWarning once, which is easy to miss in a notebook.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from broken_models.case import Outcome
+from broken_models.datasets import mlp, mse, regression
+
+TITLE = "MSELoss with (N, 1) predictions and (N,) targets"
+SYMPTOM = "Validation error stays at the targets' variance: the model predicts the mean for everyone."
+EXPECTED = ("LOSS_SHAPE_MISMATCH",)
+SECONDARY = ("DEAD_NEURONS",)  # a network that can only predict a constant lets its ReLUs die
+TOOL = "monitor"
+LESSON = "Common PyTorch bugs"
+FIX = "Make the shapes equal before the loss: model(x).squeeze(1)."
+TARGET = "validation mean squared error <= 0.15 (the targets' variance is about 0.75)"
+
+
+def symptom_seen(m: dict) -> bool:
+    return m["val_mse"] > 0.6
+
+
+def target_reached(m: dict) -> bool:
+    return m["val_mse"] <= 0.15
+
+
+def train_broken(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = regression(seed)
+    model = mlp([4, 64, 64, 1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.MSELoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    losses = debugger.loss_history
+    metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
+               "val_mse": mse(model, data.x_val, data.y_val)}
+    return Outcome(metrics, debugger)
+
+
+def train_fixed(seed: int) -> Outcome:
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    data = regression(seed)
+    model = mlp([4, 64, 64, 1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.MSELoss()
+    with NetworkDebugger(model, optimizer, criterion) as debugger:
+        for step in range(150):
+            optimizer.zero_grad()
+            loss = criterion(model(data.x_train).squeeze(1), data.y_train)
+            loss.backward()
+            optimizer.step()
+            debugger.record_loss(loss.item())
+    losses = debugger.loss_history
+    metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
+               "val_mse": mse(model, data.x_val, data.y_val)}
+    return Outcome(metrics, debugger)

@@ -1,0 +1,98 @@
+"""The clinic's guard: a repair must fix the bug, not switch the measuring off."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lesson.learner.clinic import harness_changes, harness_lines, show_case
+
+CASES = ["missing_zero_grad", "dead_relu", "log_of_zero", "softmax_overflow",
+         "test_rows_in_train", "labels_shuffled", "double_softmax", "nll_on_logits"]
+
+
+def _script(name: str, which: str, edits: list[tuple[str, str]] = ()):
+    """Compile a case's script (with edits) as if a student had typed it into a notebook."""
+    import importlib
+    import linecache
+
+    from broken_models import CATALOGUE
+
+    module = importlib.import_module(CATALOGUE[name].module)
+    source = textwrap.dedent(inspect.getsource(getattr(module, which)))
+    for old, new in edits:
+        assert old in source
+        source = source.replace(old, new)
+    filename = f"<student {name} {which} {len(edits)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(vars(module))
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[which]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_catalogues_fix_keeps_the_harness(name):
+    fixed = _script(name, "train_fixed")
+    assert harness_changes(name, fixed) == []
+
+
+def test_switching_a_check_off_is_caught():
+    silenced = _script("test_rows_in_train", "train_broken",
+                       [("findings = validate_data(data.x_train, data.y_train, data.x_val, "
+                         "data.y_val)", "findings = []")])
+    changed = harness_changes("test_rows_in_train", silenced)
+    assert changed and "validate_data" in changed[0]
+
+
+def test_the_catalogues_own_function_is_not_a_repair():
+    from broken_models import CATALOGUE
+
+    assert harness_changes("dead_relu", CATALOGUE["dead_relu"].train_fixed)
+
+
+def test_harness_lines_pick_the_measuring_code():
+    source = "x = 1\nwith NetworkDebugger(model) as debugger:\n    loss.backward()\n" \
+             "    debugger.record_loss(v)\nreturn Outcome(scores(m, d, l), debugger)\n"
+    assert harness_lines(source) == ["with NetworkDebugger(model) as debugger:",
+                                     "debugger.record_loss(v)",
+                                     "return Outcome(scores(m, d, l), debugger)"]
+
+
+def test_show_case_prints_the_card_and_shares_the_scripts_helpers(capsys):
+    namespace: dict = {}
+    show_case("test_rows_in_train", into=namespace)
+    out = capsys.readouterr().out
+    assert "symptom:" in out and "def train_broken(seed" in out
+    assert "rows_in" in namespace and "digits" in namespace
+    assert "train_fixed" not in namespace and "TITLE" not in namespace
+    with pytest.raises(ValueError, match="no case"):
+        show_case("no_such_case")
+
+
+def test_clinic_solutions_keep_the_current_harness_of_their_cases():
+    """The clinic solutions copy the catalogue's fixes; when a case page changes its measuring
+    lines, regenerate the clinic (and its release) or the solution stops passing."""
+    import importlib
+
+    import nbformat
+
+    from broken_models import CATALOGUE
+    from lesson.learner.catalog import load_exercises
+
+    root = Path(__file__).resolve().parents[1]
+    clinics = [e for e in load_exercises() if e.name.startswith("clinic")]
+    assert len(clinics) == 4
+    for ex in clinics:
+        nb = nbformat.read(ex.solution(root), as_version=4)
+        for cell in nb.cells:
+            if not cell.metadata.get("nbgrader", {}).get("solution"):
+                continue
+            name = cell.id
+            module = importlib.import_module(CATALOGUE[name].module)
+            mine = {ln.strip() for ln in cell.source.splitlines()}
+            missing = [ln for ln in harness_lines(inspect.getsource(module.train_broken))
+                       if ln not in mine]
+            assert not missing, f"{ex.name}/{name}: the case's harness changed: {missing}"
+            assert f"def repaired_{name}(seed" in cell.source
