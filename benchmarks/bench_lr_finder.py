@@ -15,7 +15,20 @@ finite or above the initial loss. Ratio = suggestion / grid best (1 is perfect; 
 within 3x, i.e. 0.33 to 3); loss x = the suggestion's final loss / the grid best's (on a flat
 valley a rate 3x away can train as well). Cost is in optimizer steps.
 
-    .venv/bin/python benchmarks/bench_lr_finder.py
+Is the grid a fair yardstick? Every rate gets the same model initialisation, the same 200
+steps and batch size, and the same data orders; the quarter-decade step (1.78x) is fine enough
+for a 3x target (a rate 3x off is ~2 grid points away), and the search widens until the best
+is interior, so the best is never an artefact of the range. Its weakness is a flat valley:
+rates a quarter-decade apart can score within a few percent, within the run-to-run noise, so
+the "near best" column prints the band of grid rates scoring within 10% of the best (read a
+ratio near 3x against it). The target itself is unchanged: ratio to the grid's argmin.
+
+Held-out check: `--held-out` runs 8 other tasks (other seeds, widths, depths and targets, a
+CNN with Adam, SGD with momentum) that the suggestion rule was not designed on; BENCH_SEED=1
+changes every initialisation. Tasks run in parallel processes (`--jobs`, default 2), one
+torch thread each; the numbers do not depend on it.
+
+    .venv/bin/python benchmarks/bench_lr_finder.py [--held-out] [raw.npy]
 """
 from __future__ import annotations
 
@@ -285,7 +298,9 @@ def run_task(args: tuple[bool, int, int]) -> tuple[dict, dict]:
     torch.manual_seed(seed)
     init = task.make_model()
     best, grid, cost = grid_search(task, init)
-    row = {"task": task.name, "grid_best": best, "grid_loss": grid[best], "cost": cost}
+    near = [lr for lr, v in grid.items() if v <= 1.1 * grid[best]]
+    row = {"task": task.name, "grid_best": best, "grid_loss": grid[best], "cost": cost,
+           "near": (min(near), max(near))}
     for tool, fn in TOOLS.items():
         lr = fn(task, init)
         loss = train_avg(task, init, lr) if lr else math.nan
@@ -317,8 +332,10 @@ def main() -> None:
     print(f"LR range test vs grid search ({STEPS} steps per training, {SEEDS} data orders per "
           f"rate; range tests: 100 steps each)"
           + (" -- HELD-OUT tasks" if args.held_out else "") + "\n")
-    head = (f"{'task':<36} {'grid best':>9}  {'tool':<16} {'suggested':>9} {'ratio':>6} "
-            f"{'diverges':>8} {'loss@sugg':>10} {'loss@best':>10} {'loss x':>6}")
+    width = max(len(row["task"]) for row in rows)
+    head = (f"{'task':<{width}} {'grid best':>9} {'near best':>17}  {'tool':<16} "
+            f"{'suggested':>9} {'ratio':>6} {'diverges':>8} {'loss@sugg':>10} "
+            f"{'loss@best':>10} {'loss x':>6}")
     print(head)
     print("-" * len(head))
     missed = []
@@ -332,10 +349,11 @@ def main() -> None:
                 missed.append(f"{row['task']} ({ratio:.2f}x)")
             task_cell = row["task"] if tool == "ours" else ""
             best_cell = f"{row['grid_best']:.2e}" if tool == "ours" else ""
+            near_cell = f"{row['near'][0]:.1e}..{row['near'][1]:.1e}" if tool == "ours" else ""
             lr_cell = f"{lr:.2e}" if lr else "none"
-            print(f"{task_cell:<36} {best_cell:>9}  {tool:<16} {lr_cell:>9} {ratio:>6.2f} "
-                  f"{'YES' if diverges else 'no':>8} {loss:>10.4g} {row['grid_loss']:>10.4g} "
-                  f"{loss / row['grid_loss']:>6.2f}")
+            print(f"{task_cell:<{width}} {best_cell:>9} {near_cell:>17}  {tool:<16} "
+                  f"{lr_cell:>9} {ratio:>6.2f} {'YES' if diverges else 'no':>8} "
+                  f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}")
     costs = ", ".join(f"{r['cost']}" for r in rows)
     print(f"\ncost per task in optimizer steps: range test 100; grid search {costs} "
           f"(up to {max(r['cost'] for r in rows) // 100}x the range test)")

@@ -21,6 +21,7 @@ import argparse
 import random
 import statistics
 import time
+import warnings
 from typing import Callable
 
 import torch
@@ -78,6 +79,8 @@ def main() -> None:
                         help="steps per timed block (default: the debugger's default every)")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    # the lesson's full backward hook warns on the first layer (one of the flaws it is compared on)
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")
     torch.manual_seed(0)
     x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
     criterion = nn.CrossEntropyLoss()
@@ -112,21 +115,28 @@ def main() -> None:
     for cfg in configs.values():          # warm-up: allocator, the debugger's warm-up steps
         block(cfg, 12)
     ratios: dict[str, list[float]] = {n: [] for n in configs if n != "plain"}
+    best: dict[str, float] = {n: float("inf") for n in configs}
     plain_times = []
     order = list(configs)
     for _ in range(args.rounds):
         random.shuffle(order)
         times = {n: block(configs[n], args.steps) for n in order}
         plain_times.append(times["plain"])
+        for n in configs:
+            best[n] = min(best[n], times[n])
         for n in ratios:
             ratios[n].append(times[n] / times["plain"])
     print(f"MLP 512-1024-1024-10, batch 256, Adam, 2 threads; {args.rounds} rounds x "
-          f"{args.steps} steps, {args.clock} clock, plain step {statistics.median(plain_times) * 1e3:.1f} ms")
-    print(f"{'configuration':<16} {'median ratio':>12}  target")
+          f"{args.steps} steps, {args.clock} clock, plain step "
+          f"{statistics.median(plain_times) * 1e3:.1f} ms (best {best['plain'] * 1e3:.1f} ms)")
+    print("median ratio: median over rounds of (block time / plain block time of the same round);")
+    print("best ratio: fastest block / fastest plain block (robust when other jobs share the CPU)")
+    print(f"{'configuration':<16} {'median ratio':>12} {'best ratio':>11}  target")
     targets = {"ours every=1": "<= 1.10", "ours default": f"<= 1.02 (every={DEFAULT_EVERY})",
                "lesson's way": "(issue: 1.29)"}
     for n, rs in ratios.items():
-        print(f"{n:<16} {statistics.median(rs):>12.3f}  {targets[n]}")
+        print(f"{n:<16} {statistics.median(rs):>12.3f} {best[n] / best['plain']:>11.3f}  "
+              f"{targets[n]}")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     module.add_arguments(parser, name)
     args = parser.parse_args(rest)
     args.command = name
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:  # `nndebug list | head` closed the pipe: not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ them away:
 * NLL_WITHOUT_LOG_SOFTMAX: raw logits (positive values, rows whose logsumexp is not 0) fed to
   NLLLoss, which expects log-probabilities.
 * LOSS_SHAPE_MISMATCH: an (N, 1) prediction against an (N,) target broadcasts to (N, N).
+  Checked only for criteria KNOWN to compare prediction and target element by element
+  (nn.MSELoss, L1Loss, SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss and their
+  torch.nn.functional forms): for them, unequal shapes can only mean broadcasting. A
+  hand-written (UNKNOWN) criterion gets no shape check at all, because it may reshape its own
+  inputs (e.g. `p.squeeze(1)` inside a custom cross-entropy), so a shape difference at its
+  door is no evidence of silent broadcasting.
 * OUTPUT_RANGE_MISMATCH: a ReLU/softplus output (never below 0) or a sigmoid output (inside
   [0, 1]) trained towards targets that lie outside that range.
 
@@ -64,6 +70,7 @@ _FUNCTION_KINDS: dict[str, str] = {
 _FUNCTIONS = {getattr(F, name): kind for name, kind in _FUNCTION_KINDS.items()}
 
 #: Criteria that compare prediction and target element by element (shapes must be equal).
+#: Only these get the LOSS_SHAPE_MISMATCH check; UNKNOWN criteria may reshape their inputs.
 ELEMENTWISE_KINDS = frozenset({BINARY_LOGITS, BINARY_PROBS, REGRESSION})
 
 # -- thresholds --------------------------------------------------------------------------------
@@ -257,16 +264,12 @@ class LossInputInspector:
     def _check_shapes(state: _KindState, kind: str, output: torch.Tensor,
                       target: torch.Tensor) -> None:
         """Shapes are host metadata: comparing them costs no sync."""
-        if output.shape == target.shape:
-            return
-        if kind not in ELEMENTWISE_KINDS and not (kind == UNKNOWN and target.is_floating_point()):
-            return
+        if output.shape == target.shape or kind not in ELEMENTWISE_KINDS:
+            return  # only known element-wise losses promise to compare shapes as given
         try:
             broadcast = torch.broadcast_shapes(output.shape, target.shape)
         except RuntimeError:
             return  # the criterion raises an error itself: not a silent bug
-        if kind == UNKNOWN and broadcast.numel() <= max(output.numel(), target.numel()):
-            return  # an unknown loss may compare, e.g., (N, C) against (N, 1) on purpose
         state.shape_mismatch_count += 1
         if state.shape_mismatch is None:
             state.shape_mismatch = {

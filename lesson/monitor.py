@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -33,11 +33,14 @@ from torch.optim.optimizer import (register_optimizer_step_post_hook,
 from torch.utils.hooks import RemovableHandle
 
 from lesson import rules
+from lesson.distributed import RankReducer, unwrap, world_size
 from lesson.findings import Finding, sort_findings
 from lesson.restore import require_module
+from lesson.sinks import SinkLogger, model_tensors, sample_values
 from lesson.stats import (ACT_MAXES, ACT_SUMS, GRAD_MAXES, GRAD_SUMS, RELU_FAMILY, StepBuffer,
                           activation_accumulators, first_tensor, gradient_accumulators,
-                          identity_reduce, squared_norms)
+                          element_sums, identity_reduce, pooled_sample_std,
+                          squared_norms)
 
 try:  # written in parallel by the "inputs" helper; the monitor works without them
     from lesson.loss_inputs import LossInputInspector
@@ -131,7 +134,9 @@ class NetworkDebugger:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  criterion: Callable[..., Any] | None = None, *, every: int = DEFAULT_EVERY,
                  warmup: int = DEFAULT_WARMUP, max_history: int = DEFAULT_MAX_HISTORY,
-                 thresholds: rules.Thresholds | None = None) -> None:
+                 thresholds: rules.Thresholds | None = None, log_every: int | None = None,
+                 sinks: Sequence[Any] = (), alerts: Sequence[Any] = (),
+                 activation_sample: int = 1024, distributed: bool | None = None) -> None:
         require_module(model)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, "
@@ -143,7 +148,12 @@ class NetworkDebugger:
                                  ("max_history", max_history, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if log_every is not None and (isinstance(log_every, bool)
+                                      or not isinstance(log_every, int) or log_every < 1):
+            raise ValueError(f"log_every must be an integer >= 1 or None, got {log_every!r}")
+        model = unwrap(model)                  # DistributedDataParallel: watch the module
         self.model = model
+        self.log_every = log_every
         self.optimizer = optimizer
         self.every, self.warmup, self.max_history = every, warmup, max_history
         self.thresholds = thresholds or rules.Thresholds()
@@ -180,6 +190,9 @@ class NetworkDebugger:
         self._foreign: list[tuple[weakref.ref, tuple[int, ...]]] = []
         self._foreign_unstepped: dict[str, int] = {}
         self._unstepped: dict[str, int] = {}
+        self._not_held: dict[str, int] = {}
+        self._explicit_optimizer = optimizer is not None
+        self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
         # what to watch
         self._layer_kinds: dict[str, str] = {}
@@ -198,6 +211,47 @@ class NetworkDebugger:
         self._register_hooks()
         if criterion is not None:
             self._watch_criterion(criterion)
+        self._setup_production(sinks, alerts, activation_sample, distributed)
+
+    # -- production: sinks, alerts, several processes (lesson.sinks/alerts/distributed) -------
+    def _setup_production(self, sinks: Sequence[Any], alerts: Sequence[Any],
+                          activation_sample: int, distributed: bool | None) -> None:
+        if distributed is None:
+            distributed = world_size() > 1
+        #: merges the statistics of every rank; pass it to torch.distributed's Join with the
+        #: DDP model when ranks may run out of data at different steps
+        self.reducer = RankReducer(is_stats_step=self._scheduled) if distributed else None
+        if self.reducer is not None:
+            self._reduce = self.reducer
+        self.is_main = self.reducer is None or self.reducer.rank == 0
+        self.activation_sample = activation_sample
+        self._samples: dict[str, torch.Tensor] = {}
+        self._logger = SinkLogger(sinks, self.log_every or self.every,
+                                  tensors=lambda: model_tensors(self.model, self._samples)
+                                  ) if sinks else None
+        if self._logger is not None and self.is_main:      # sinks write on rank 0 only
+            self.add_callback(self._logger)
+        self.alerts = list(alerts)
+        for alert in self.alerts:
+            alert.bind(self)
+            # every rank sees the same merged record: all of them raise at the same step
+            if self.is_main or alert.policy == "raise":
+                self.add_callback(alert)
+
+    def _scheduled(self, step: int) -> bool:
+        """Is `step` a statistics step: warm-up, every `every`-th, every `log_every`-th."""
+        return (step < self.warmup or step % self.every == 0
+                or (self.log_every is not None and step % self.log_every == 0))
+
+    def _keeps_samples(self) -> bool:
+        return (self._logger is not None and self.is_main and self._logger.wants_histograms
+                and self._logger.is_log_step(self._step))
+
+    def close(self) -> None:
+        """Remove the hooks and close the sinks (flushing what they hold)."""
+        self.remove_hooks()
+        if self._logger is not None and self.is_main:
+            self._logger.close()
 
     # -- hooks --------------------------------------------------------------------------------
     def _register_hooks(self) -> None:
@@ -217,9 +271,19 @@ class NetworkDebugger:
         if self.optimizer is not None:
             self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
-        else:  # find the optimizer when it first steps one of our parameters
-            self.hooks.append(register_optimizer_step_pre_hook(self._on_any_step_pre))
-            self.hooks.append(register_optimizer_step_post_hook(self._on_any_step_post))
+        # every optimizer that steps our parameters is seen (the one to adopt when none was
+        # passed; the others, e.g. a GAN's second optimizer, so their tensors count as stepped)
+        me = weakref.ref(self)     # a global hook must not keep a forgotten debugger alive
+
+        def pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if (debugger := me()) is not None:
+                debugger._on_any_step_pre(opt, args, kwargs)
+
+        def post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if (debugger := me()) is not None:
+                debugger._on_any_step_post(opt, args, kwargs)
+        self.hooks.append(register_optimizer_step_pre_hook(pre))
+        self.hooks.append(register_optimizer_step_post_hook(post))
 
     def _watch_criterion(self, criterion: Callable[..., Any]) -> None:
         if isinstance(criterion, nn.Module):
@@ -232,7 +296,7 @@ class NetworkDebugger:
 
     def _is_stats_step(self) -> bool:
         s = self._step
-        return s != self._closed_step and (s < self.warmup or s % self.every == 0)
+        return s != self._closed_step and self._scheduled(s)
 
     def _collecting(self) -> bool:
         return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
@@ -264,6 +328,10 @@ class NetworkDebugger:
             self._buf.add_sum(key, sums)
             self._buf.add_max(key, maxes)
             self._buf.add_counts(key, [count, 1, n])
+            if self.reducer is not None:   # per-element sums: sample_std over all ranks' samples
+                self._buf.add_sum(("act_el", key[1]), element_sums(t))
+            if self._keeps_samples():      # a small copy for the activation histogram
+                self._samples[key[1]] = sample_values(t, self.activation_sample)
         return hook
 
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
@@ -368,22 +436,29 @@ class NetworkDebugger:
         return {id(p) for g in optimizer.param_groups for p in g["params"]}
 
     def _on_any_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.optimizer is None:
+        if optimizer not in self._seen_optimizers:
             mine = {id(p) for _, p in self._params}
-            if mine & self._holds(optimizer):
+            if not mine & self._holds(optimizer):
+                return
+            self._seen_optimizers.add(optimizer)
+            if self.optimizer is None:
                 self.optimizer = optimizer
-        if optimizer is self.optimizer:
+        if optimizer is self.optimizer and not self._explicit_optimizer:
             self._on_step_pre(optimizer, args, kwargs)
 
     def _on_any_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer is self.optimizer:
+        if optimizer is self.optimizer and not self._explicit_optimizer:
             self._on_step_post(optimizer, args, kwargs)
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         held = self._holds(optimizer)
         for i, (name, p) in enumerate(self._params):
-            if self._grad_this_step[i] and (id(p) not in held or p.grad is None):
+            if not self._grad_this_step[i]:
+                continue
+            if p.grad is None:          # zero_grad() between backward() and step()
                 self._unstepped[name] = self._unstepped.get(name, 0) + 1
+            elif id(p) not in held:     # unless another optimizer holds it (see evidence())
+                self._not_held[name] = self._not_held.get(name, 0) + 1
         for ref, shape in self._foreign:
             t = ref()
             if t is not None and t.grad is not None and id(t) not in held:
@@ -391,6 +466,10 @@ class NetworkDebugger:
                 self._foreign_unstepped[key] = self._foreign_unstepped.get(key, 0) + 1
         if not self._is_stats_step():
             return
+        if self.reducer is not None:  # DDP has averaged the gradients by now: measure those
+            for i, (_, p) in enumerate(self._params):
+                if p.grad is not None:
+                    self._grad_hook(i)(p)
         try:
             names = [n for n, p in self._params if id(p) in held and p.grad is not None]
             tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
@@ -419,9 +498,11 @@ class NetworkDebugger:
 
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
-        if self._is_stats_step() and self._buf:
-            self._close()
+        if self._is_stats_step() and (self._buf or self.reducer is not None):
+            self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
+        if self.reducer is not None:
+            self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
 
     # -- records ------------------------------------------------------------------------------
@@ -437,7 +518,12 @@ class NetworkDebugger:
             dev = ts[0].device  # type: ignore[union-attr]
             buf.set_value(("losses",), torch.stack([t.reshape(()).to(dev, torch.float64)
                                                     for t in ts]))  # type: ignore[union-attr]
-        host = buf.gather(self._reduce)
+        had_data = bool(buf)
+        host = buf.gather(self._reduce, step=step)
+        if not had_data and not host["sums"]:
+            return                               # a rank with nothing, and nothing merged
+        if self.reducer is not None and self.reducer.last_skipped:
+            self._error(f"step {step}", RuntimeError(self.reducer.skipped[-1][1]))
         if pending:
             for i, v in zip(pending, host["values"][("losses",)]):
                 self.loss_history_raw[i] = v
@@ -451,8 +537,11 @@ class NetworkDebugger:
         self.history.append(record)
         if len(self.history) > self.max_history:
             self.history[:] = self.history[:1] + self.history[2:-1:2] + self.history[-1:]
-        for fn in list(self._callbacks):
-            fn(record)
+        try:
+            for fn in list(self._callbacks):
+                fn(record)
+        finally:
+            self._samples = {}
 
     def _decode(self, step: int, host: dict[str, dict[Any, list[float]]]) -> dict[str, Any]:
         sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
@@ -473,7 +562,8 @@ class NetworkDebugger:
                 "act_min": -m[1], "act_max": m[0],
                 "zero_fraction": a["zeros"] / count,
                 "dead_fraction": (1.0 - sum(flags) / len(flags)) if flags else None,
-                "sample_std": a["sample_std"] / calls,
+                "sample_std": (pooled_sample_std(sums[("act_el", key[1])], samples)
+                               if ("act_el", key[1]) in sums else a["sample_std"] / calls),
                 "nonfinite": int(a["nonfinite"]) if math.isfinite(a["nonfinite"]) else 1,
                 "samples": int(samples / calls),
             }
@@ -510,8 +600,8 @@ class NetworkDebugger:
 
     def _flush(self) -> None:
         """Write the record of a statistics step still in progress (before reading results)."""
-        if self._buf and self._is_stats_step():
-            self._close()
+        if self._buf and self._is_stats_step() and self.reducer is None:
+            self._close()   # across ranks a record is closed only where every rank closes it
 
     def snapshot(self) -> dict[str, Any] | None:
         """The latest record (None before the first statistics step)."""
@@ -529,6 +619,10 @@ class NetworkDebugger:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
         self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
         if isinstance(self.loss_history_raw[-1], torch.Tensor):
+            self._loss_pending.append(len(self.loss_history_raw) - 1)
+        elif self.reducer is not None:     # across ranks every loss is averaged at the record
+            self.loss_history_raw[-1] = torch.tensor(self.loss_history_raw[-1],
+                                                     dtype=torch.float64)
             self._loss_pending.append(len(self.loss_history_raw) - 1)
 
     def record_val_loss(self, loss_value: float | torch.Tensor) -> None:
@@ -617,9 +711,20 @@ class NetworkDebugger:
             lrs=list(self._lrs), steps=self._step, optimizer_steps=self._opt_steps,
             backwards=self._backwards, has_optimizer=self.optimizer is not None,
             layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
-            never_grad=never, unstepped=dict(self._unstepped) | dict(self._foreign_unstepped),
+            never_grad=never, unstepped=self._unstepped_tensors(),
             symmetric=_symmetric_layers(self.model),
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
+
+    def _unstepped_tensors(self) -> dict[str, int]:
+        """Tensors that got gradients no optimizer applied, with the number of steps."""
+        held: set[int] = set()
+        for opt in list(self._seen_optimizers) + [self.optimizer]:
+            if opt is not None:
+                held |= self._holds(opt)
+        params = dict(self._params)
+        not_held = {n: c for n, c in self._not_held.items() if id(params[n]) not in held}
+        foreign = {k: c for k, c in self._foreign_unstepped.items()}
+        return self._unstepped | not_held | foreign
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, most important first; an empty list when the run looks healthy."""
@@ -669,7 +774,7 @@ class NetworkDebugger:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.remove_hooks()
+        self.close()
 
 
 def _graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
@@ -705,3 +810,4 @@ def _symmetric_layers(model: nn.Module) -> dict[str, dict[str, float]]:
     values = torch.stack([torch.stack([s, c]) for s, c, _ in out.values()]).tolist()
     return {name: {"row_spread": v[0], "weight_scale": v[1], "units": units}
             for (name, (_, _, units)), v in zip(out.items(), values)}
+# READY-FOR-INTEGRATION

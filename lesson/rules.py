@@ -48,6 +48,8 @@ class Thresholds:
     """The suggested clip value is this percentile of the total gradient norm of healthy steps:
     steps before the explosion whose norm is within `clip_calm_factor` of the early median."""
     clip_calm_factor: float = 3.0
+    """A step counts as healthy when its gradient norm is within this factor of the median of
+    the first quarter of the run (before any growth)."""
     lr_high_update_ratio: float = 1.0
     """LR_TOO_HIGH: typical update/weight ratio at or above this (each step moves a weight
     matrix by its own size; the usual rule of thumb is ~1e-3)."""

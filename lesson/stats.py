@@ -102,6 +102,19 @@ def gradient_accumulators(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return sums, torch.maximum(hi, -lo).reshape(1)
 
 
+def element_sums(output: torch.Tensor) -> torch.Tensor:
+    """Per output element, the sum and the sum of squares over the batch (dimension 0): what
+    ranks add up so that `sample_std` is taken over the samples of all of them."""
+    flat = _as_float(output).reshape(output.shape[0], -1)
+    return torch.cat([flat.sum(dim=0), (flat * flat).sum(dim=0)])
+
+
+def pooled_sample_std(sums: list[float], samples: float) -> float:
+    """`sample_std` from `element_sums` added over calls and ranks (`samples` in all)."""
+    s, sq = torch.tensor(sums, dtype=torch.float64).reshape(2, -1) / max(samples, 1.0)
+    return float((sq - s * s).clamp_min(0).sqrt().mean()) if s.numel() else float("nan")
+
+
 def squared_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """||t||^2 of each tensor, with one multi-tensor kernel where the device has one."""
     if not tensors:
@@ -148,8 +161,12 @@ class StepBuffer:
     def set_value(self, key: Hashable, t: torch.Tensor) -> None:
         self.values[key] = t
 
-    def gather(self, reduce: Reducer = identity_reduce) -> dict[str, dict[Hashable, list[float]]]:
-        """Reduce and copy everything to the host in one transfer; returns plain floats."""
+    def gather(self, reduce: Reducer = identity_reduce, *, step: int = 0
+               ) -> dict[str, dict[Hashable, list[float]]]:
+        """Reduce and copy everything to the host in one transfer; returns plain floats.
+
+        A cross-rank reducer (`lesson.distributed.RankReducer`) names the accumulator kinds it
+        averages instead of summing; it then also averages the values (the recorded losses)."""
         parts = {"sums": self.sums, "maxes": self.maxes, "values": self.values}
         tensors = [t for part in parts.values() for t in part.values()]
         device = tensors[0].device if tensors else torch.device("cpu")
@@ -166,8 +183,22 @@ class StepBuffer:
         host_counts = [c for k in count_keys for c in self.counts[k]]
         sums = torch.cat([flat(list(self.sums.values())),
                           torch.tensor(host_counts, dtype=dtype).to(device)])
-        sums, maxes = reduce(sums, flat(list(self.maxes.values())))
-        values = flat(list(self.values.values()))
+        averaged_kinds = getattr(reduce, "averaged_kinds", None)
+        if averaged_kinds is None:
+            sums, maxes = reduce(sums, flat(list(self.maxes.values())))
+            values = flat(list(self.values.values()))
+        else:
+            values = flat(list(self.values.values()))
+            layout = ([(k, t.numel()) for k, t in self.sums.items()]
+                      + [(k, len(self.counts[k])) for k in count_keys]
+                      + [(k, t.numel()) for k, t in self.values.items()])
+            averaged = torch.tensor([k[0] in averaged_kinds for k, _ in layout],
+                                    dtype=torch.bool).repeat_interleave(
+                torch.tensor([n for _, n in layout], dtype=torch.long)).to(device)
+            merged, maxes = reduce(torch.cat([sums, values]), flat(list(self.maxes.values())),
+                                   averaged=averaged, step=step,
+                                   layout=layout + [(k, t.numel()) for k, t in self.maxes.items()])
+            sums, values = merged[:sums.numel()], merged[sums.numel():]
         host = torch.cat([sums, maxes, values]).tolist()     # the one host transfer
 
         out: dict[str, dict[Hashable, list[float]]] = {"sums": {}, "maxes": {}, "values": {},

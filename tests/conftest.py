@@ -1,4 +1,7 @@
-"""Shared test set-up: one torch thread per xdist worker, so two workers share two cores."""
+"""Shared test set-up: one compute thread per xdist worker (torch and NumPy's BLAS), so two
+workers share two cores instead of oversubscribing them."""
 import torch
+from threadpoolctl import threadpool_limits
 
 torch.set_num_threads(1)
+threadpool_limits(1)

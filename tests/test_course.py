@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -209,14 +210,12 @@ TAMPERER = ("ex4_data_validator", "validate", "def validate(x_train, y_train, x_
 GRADERS = [["looper"], ["model"], ["wrong"], ["blank", "wrong2", "tamperer"]]
 
 
-@pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
+def _grade_class(base: Path):
     """A course copy with its release generated and a class of simulated students, graded in
     clones of the course (so graders run side by side); the model student's grades exported.
 
     Returns (course root, {student: that student's course copy}, {(student, assignment):
     (score, max_score)})."""
-    base = tmp_path_factory.mktemp("class")
     root = copy_course(ROOT, base / "course")
     generate_release(root)
     drafts = base / "drafts"
@@ -251,6 +250,28 @@ def graded_class(tmp_path_factory):
     for copy in dict.fromkeys(copies.values()):
         grades.update(gradebook_scores(copy))
     return root, copies, grades
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """The graded class, built once per test run: with pytest-xdist the first worker that
+    needs it grades it under a file lock and the others read its result."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return _grade_class(tmp_path_factory.mktemp("class"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent
+    summary = shared / "graded_class.json"
+    with FileLock(str(shared / "graded_class.lock")):
+        if not summary.is_file():
+            root, copies, grades = _grade_class(shared / "class")
+            summary.write_text(json.dumps({
+                "root": str(root), "copies": {k: str(v) for k, v in copies.items()},
+                "grades": [[s, a, score, top] for (s, a), (score, top) in grades.items()]}))
+        data = json.loads(summary.read_text())
+    return (Path(data["root"]), {k: Path(v) for k, v in data["copies"].items()},
+            {(s, a): (score, top) for s, a, score, top in data["grades"]})
 
 
 def _cells(graded, student: str, name: str) -> dict[str, tuple[float, float]]:

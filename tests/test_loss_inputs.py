@@ -274,10 +274,36 @@ def test_shape_mismatch_symptom_and_legitimate_shapes():
     assert codes(legit) == []
 
 
-def test_unknown_loss_with_enlarging_broadcast_is_a_mismatch():
+def _own_binary_cross_entropy(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Like broken_models/nan_inf/log_of_zero.py: squeezes its own (N, 1) input."""
+    p = p.squeeze(1).clamp(1e-7, 1 - 1e-7)
+    return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+
+@pytest.mark.parametrize("criterion", [
+    _own_binary_cross_entropy,
+    lambda p, y: (p.squeeze(1) - y).pow(2).mean(),
+    lambda p, y: (p.view(-1) - y).abs().mean(),
+])
+def test_unknown_criterion_that_reshapes_its_own_input_is_not_a_mismatch(criterion):
+    # regression: hand-written losses got the shape check and were flagged for (N, 1) vs (N,)
+    gen = torch.Generator().manual_seed(0)
     inspector = LossInputInspector()
-    inspector.observe(torch.randn(16, 1), torch.randn(16), lambda a, b: (a - b).pow(2).mean())
-    assert codes(inspector) == ["LOSS_SHAPE_MISMATCH"]
+    for _ in range(5):
+        p = torch.rand(32, 1, generator=gen)
+        y = (torch.rand(32, generator=gen) > 0.5).float()
+        assert criterion(p, y).shape == ()  # really a per-sample loss, no broadcasting
+        inspector.observe(p, y, criterion)
+    assert codes(inspector) == []
+
+
+@pytest.mark.parametrize("criterion", [nn.BCELoss(), nn.BCEWithLogitsLoss(), F.smooth_l1_loss,
+                                       F.huber_loss, F.binary_cross_entropy,
+                                       F.binary_cross_entropy_with_logits])
+def test_every_known_elementwise_loss_gets_the_shape_check(criterion):
+    inspector = LossInputInspector()
+    inspector.observe(torch.rand(16, 1), torch.rand(16), criterion)
+    assert "LOSS_SHAPE_MISMATCH" in codes(inspector)
 
 
 # -- OUTPUT_RANGE_MISMATCH ----------------------------------------------------------------------

@@ -100,6 +100,44 @@ def test_suggestion_rule_on_a_synthetic_curve():
     assert suggest_lr(lrs, [1.0] * 100) is None  # never went down: no suggestion
 
 
+def test_a_spike_back_above_the_start_marks_the_edge_even_if_the_loss_recovers():
+    """Adam's sweeps often blow up once, recover and keep falling to a lower minimum: the
+    rate of the blow-up, not the later minimum, bounds the suggestion (a third of it)."""
+    lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
+    loss = [2.0 if lr < 1e-4 else max(0.2, 2.0 - 0.6 * math.log10(lr / 1e-4)) for lr in lrs]
+    spike = min(range(100), key=lambda i: abs(math.log10(lrs[i] / 1e-2)))
+    raw = list(loss)
+    raw[spike] = 2.5  # one step undoes the whole fall ...
+    raw[spike + 1:] = [v * 0.9 for v in raw[spike + 1:]]  # ... then the loss keeps falling
+    sugg = suggest_lr(lrs, smooth(raw, 0.85), raw=raw)
+    assert 1e-4 < sugg <= lrs[spike] / 3 * 1.0001
+    # without the spike the same curve's suggestion sits higher, in the steep part of the fall
+    calm = list(loss)
+    calm[spike + 1:] = [v * 0.9 for v in calm[spike + 1:]]
+    assert suggest_lr(lrs, smooth(calm, 0.85), raw=calm) > lrs[spike] / 3 * 1.0001
+
+
+def test_a_spike_before_half_the_fall_is_noise_not_an_edge():
+    """Batch-to-batch noise (regression) early in the fall does not cap the suggestion; the
+    same spike once half the fall is done does. (Same smoothed curve: only `raw` differs.)"""
+    lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
+    # a sigmoid in log lr: falls fastest at 1e-2, minimum at the end of the sweep
+    loss = [0.2 + 1.8 / (1 + math.exp(3 * (math.log10(lr) + 2))) for lr in lrs]
+    smoothed = smooth(loss, 0.85)
+    clean = suggest_lr(lrs, smoothed, raw=loss)
+    assert 5e-3 < clean < 3e-2
+    early = next(i for i, v in enumerate(smoothed) if v < 1.6)  # 20% of the fall done
+    late = next(i for i, v in enumerate(smoothed) if v < 0.8)  # two thirds done
+    for i, capped in ((early, False), (late, True)):
+        raw = list(loss)
+        raw[i] = 2.5  # above the starting loss of 2.0
+        sugg = suggest_lr(lrs, smoothed, raw=raw)
+        if capped:
+            assert sugg == pytest.approx(lrs[i] / 3)
+        else:
+            assert sugg == clean
+
+
 def test_adam_and_a_data_loader():
     x, y = _data()
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)

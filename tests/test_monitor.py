@@ -384,3 +384,21 @@ def test_memory_stays_flat_over_many_steps():
         grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
         assert _live_tensors() <= base + 5
         assert grown < 40_000, f"{grown} bytes of Python memory grew over 300 steps"
+
+
+def test_two_optimizers_over_one_model_are_not_params_not_updated():
+    """A GAN-style loop: each half of the model has its own optimizer; the debugger got one."""
+    torch.manual_seed(0)
+    model, x, y = mlp(), torch.randn(32, 10), torch.randint(0, 2, (32,))
+    opt_a = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    opt_b = torch.optim.Adam(model[2].parameters(), lr=1e-3)
+    with NetworkDebugger(model, opt_a, every=1) as dbg:
+        for _ in range(6):
+            opt_a.zero_grad()
+            opt_b.zero_grad()
+            loss = nn.CrossEntropyLoss()(model(x), y)
+            dbg.record_loss(loss.detach())
+            loss.backward()
+            opt_a.step()
+            opt_b.step()
+    assert "PARAMS_NOT_UPDATED" not in [f.code for f in dbg.diagnose()]

@@ -37,10 +37,13 @@ def screening(seed: int, common: int = 4000, rare: int = 200) -> Split:
 
 
 @torch.no_grad()
-def recalls(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[float]:
-    """Share of each class that the model labels correctly."""
-    pred = model(x).argmax(dim=1)
-    return [(pred[y == c] == c).float().mean().item() for c in (0, 1)]
+def screening_scores(model: nn.Module, data: Split, losses: list[float]) -> dict:
+    """Accuracy on the (imbalanced) training set, and per-class recall on the balanced audit."""
+    pred = model(data.x_val).argmax(dim=1)
+    common, rare = [(pred[data.y_val == c] == c).float().mean().item() for c in (0, 1)]
+    train = (model(data.x_train).argmax(dim=1) == data.y_train).float().mean().item()
+    return {"losses": list(losses), "first_loss": losses[0], "final_loss": losses[-1],
+            "train_accuracy": train, "rare_recall": rare, "balanced_accuracy": (common + rare) / 2}
 
 
 def symptom_seen(m: dict) -> bool:
@@ -68,12 +71,7 @@ def train_broken(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    common, rare = recalls(model, data.x_val, data.y_val)
-    metrics = {"losses": debugger.loss_history, "first_loss": debugger.loss_history[0],
-               "final_loss": debugger.loss_history[-1], "rare_recall": rare,
-               "balanced_accuracy": (common + rare) / 2,
-               "train_accuracy": (model(data.x_train).argmax(1) == data.y_train).float().mean().item()}
-    return Outcome(metrics, debugger, findings)
+    return Outcome(screening_scores(model, data, debugger.loss_history), debugger, findings)
 
 
 def train_fixed(seed: int) -> Outcome:
@@ -94,9 +92,4 @@ def train_fixed(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    common, rare = recalls(model, data.x_val, data.y_val)
-    metrics = {"losses": debugger.loss_history, "first_loss": debugger.loss_history[0],
-               "final_loss": debugger.loss_history[-1], "rare_recall": rare,
-               "balanced_accuracy": (common + rare) / 2,
-               "train_accuracy": (model(data.x_train).argmax(1) == data.y_train).float().mean().item()}
-    return Outcome(metrics, debugger, findings)
+    return Outcome(screening_scores(model, data, debugger.loss_history), debugger, findings)

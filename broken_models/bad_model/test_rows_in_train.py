@@ -20,7 +20,7 @@ SECONDARY = ()
 TOOL = "data_validator"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Split first, then de-duplicate across splits: never train on a test row."
-TARGET = "validation accuracy >= 0.9"
+TARGET = "an honest test score: accuracy on rows never trained on, equal to the reported one, >= 0.9"
 
 
 def symptom_seen(m: dict) -> bool:
@@ -28,7 +28,7 @@ def symptom_seen(m: dict) -> bool:
 
 
 def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+    return m["val_accuracy"] == m["clean_val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:
