@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-quick bench clean
+.PHONY: run test test-quick bench release clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test-quick: $(STAMP)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+release: $(STAMP)  # instructors: regenerate exercises/ from solutions/
+	PATH=$(BIN):$$PATH $(BIN)/nbgrader generate_assignment "*" --force
 
 clean:
 	rm -rf $(VENV) build *.egg-info

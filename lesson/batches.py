@@ -9,6 +9,15 @@ Three data bugs show in the batches themselves:
 * UNSHUFFLED_BATCHES: data sorted by label and not shuffled: each batch holds one class, so
   each step pulls the model towards that class and training oscillates instead of learning.
 
+Known limitation: the inspector sees the batch as it enters the model, not what the model
+does with it. A model that normalises inside `forward` (x / 255 as its first line, or a first
+BatchNorm layer) still gets UNNORMALIZED_INPUTS for its raw inputs. The finding then says
+"check that something standardises these", not "training is broken"; moving the scaling into
+the data pipeline (or ignoring the finding for such a model) silences it.
+
+`unnormalized_features(mean, std)` is the one per-feature rule for UNNORMALIZED_INPUTS; the
+data validator (`lesson.data.validate_data`) uses it too.
+
 `BatchInspector.observe_inputs` / `observe_targets` run on every statistics step, so they only
 launch reductions on the batch's own device and fold them into running accumulators (no host
 sync, no reference kept to the batch). `findings()` reads them in one transfer.
@@ -20,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from lesson.findings import Finding
@@ -301,7 +311,9 @@ class BatchInspector:
                 "UNNORMALIZED_INPUTS",
                 f"{len(rows)} of {n_features} input features are far from zero mean and unit "
                 f"scale (worst: {what}). Large or offset inputs make the first layer's "
-                "pre-activations huge and let a few features dominate the gradients.",
+                "pre-activations huge and let a few features dominate the gradients. (Seen "
+                "as the batch enters the model: if forward scales its inputs itself, e.g. "
+                "x / 255 or a first BatchNorm layer, this does not apply.)",
                 evidence={"features": n_features, "unnormalized_features": len(rows),
                           "worst_features": worst, "samples_seen": self._samples,
                           "thresholds": {"max_abs_mean": MAX_ABS_MEAN, "max_std": MAX_STD,
@@ -343,13 +355,22 @@ class BatchInspector:
             step=self._first_target_step if self._first_target_step is not None else step)]
 
 
+def unnormalized_features(mean: Any, std: Any) -> np.ndarray:
+    """THE rule for UNNORMALIZED_INPUTS, per feature (see the thresholds above): True where a
+    feature with this mean and std is not standardised. Both this module's BatchInspector and
+    `lesson.data.validate_data` judge with it, so the monitor and the data validator can never
+    disagree. Features whose statistics are not finite (never measured) are not judged."""
+    mean = np.asarray(mean, dtype=np.float64)
+    std = np.asarray(std, dtype=np.float64)
+    size = np.abs(mean)
+    off = ((size > MAX_ABS_MEAN) | (std > MAX_STD)
+           | ((size > MIN_MEAN_FOR_RATIO) & (size > MEAN_TO_STD_RATIO * std)))
+    return off & np.isfinite(mean) & np.isfinite(std)
+
+
 def _unnormalized(mean: float, std: float) -> bool:
-    """The feature-level rule; see the thresholds above."""
-    if not (math.isfinite(mean) and math.isfinite(std)):
-        return False
-    if abs(mean) > MAX_ABS_MEAN or std > MAX_STD:
-        return True
-    return abs(mean) > MIN_MEAN_FOR_RATIO and abs(mean) > MEAN_TO_STD_RATIO * std
+    """The rule for one feature."""
+    return bool(unnormalized_features(mean, std))
 
 
-__all__ = ["BatchInspector"]
+__all__ = ["BatchInspector", "unnormalized_features"]

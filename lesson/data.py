@@ -3,8 +3,8 @@
 `validate_data(x_train, y_train, x_test, y_test)` looks for five problems no loss curve shows:
 
 - NONFINITE_INPUT: NaN/Inf in the inputs (or in float targets), with counts and first rows;
-- UNNORMALIZED_INPUTS: features far from zero mean and unit scale, by the same rule as the
-  monitor's batch checks (`lesson.batches`), with the worst features named;
+- UNNORMALIZED_INPUTS: features far from zero mean and unit scale, judged by the very function
+  the monitor's batch checks use (`lesson.batches.unnormalized_features`), worst features named;
 - CLASS_IMBALANCE: the majority class outnumbers the minority by more than 10:1 (the lesson's
   threshold), with the counts per class;
 - DUPLICATES_ACROSS_SPLITS: test rows that also sit in the training split, exactly or within a
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from lesson.batches import MAX_ABS_MEAN, MAX_STD, MEAN_TO_STD_RATIO, MIN_MEAN_FOR_RATIO
+from lesson.batches import MAX_ABS_MEAN, MAX_STD, MEAN_TO_STD_RATIO, unnormalized_features
 from lesson.findings import Finding
 from lesson.nonfinite import MAX_LISTED, nonfinite_input_finding
 
@@ -161,11 +161,10 @@ def _nonfinite_finding(stats: dict[str, Any], split: str, what: str = "inputs"
 
 
 def _unnormalized_finding(stats: dict[str, Any], split: str) -> Finding | None:
-    """The same feature rule as the monitor's BatchInspector (thresholds in lesson.batches)."""
+    """The monitor's BatchInspector rule, the very same function (lesson.batches)."""
     mean, std = stats["mean"], stats["std"]
     size = np.abs(mean)
-    off = ((size > MAX_ABS_MEAN) | (std > MAX_STD)
-           | ((size > MIN_MEAN_FOR_RATIO) & (size > MEAN_TO_STD_RATIO * std)))
+    off = unnormalized_features(mean, std)
     if stats["rows"] < 2 or not off.any():
         return None
     badness = np.maximum(size / MAX_ABS_MEAN, std / MAX_STD)

@@ -280,20 +280,56 @@ def find_label_issues(model_factory: ModelFactory | None, x: Any, y: Any, *,
 
 # -- labels that carry no signal -----------------------------------------------------------------
 
+def _fit_and_predict(model_factory: ModelFactory, x_tr: Tensor, y_tr: Tensor, x_val: Tensor, *,
+                     epochs: int, lr: float, batch_size: int, seed: int
+                     ) -> tuple[float, np.ndarray]:
+    """(final training loss, held-out predicted classes) of a fresh model trained on (x_tr,
+    y_tr)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model, device = _fresh_model(model_factory, x_tr, int(y_tr.max()) + 1)
+        x_tr, y_tr, x_val = (t.to(device) for t in (x_tr, y_tr, x_val))
+        _train(model, x_tr, y_tr, epochs=epochs, lr=lr, batch_size=batch_size,
+               generator=torch.Generator().manual_seed(seed))
+        loss = F.cross_entropy(_logits(model, x_tr), y_tr)
+        pred = _logits(model, x_val).argmax(dim=1)
+    return float(loss.cpu()), pred.cpu().numpy()
+
+
 def _fit_and_score(model_factory: ModelFactory, x_tr: Tensor, y_tr: Tensor, x_val: Tensor,
                    y_val: Tensor, *, epochs: int, lr: float, batch_size: int,
                    seed: int) -> tuple[float, float]:
     """(final training loss, held-out accuracy) of a fresh model trained on (x_tr, y_tr)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model, device = _fresh_model(model_factory, x_tr, int(y_tr.max()) + 1)
-        x_tr, y_tr, x_val, y_val = (t.to(device) for t in (x_tr, y_tr, x_val, y_val))
-        _train(model, x_tr, y_tr, epochs=epochs, lr=lr, batch_size=batch_size,
-               generator=torch.Generator().manual_seed(seed))
-        logits_tr, logits_val = _logits(model, x_tr), _logits(model, x_val)
-    stats = torch.stack([F.cross_entropy(logits_tr, y_tr),
-                         (logits_val.argmax(dim=1) == y_val).float().mean()]).tolist()
-    return stats[0], stats[1]
+    loss, pred = _fit_and_predict(model_factory, x_tr, y_tr, x_val, epochs=epochs, lr=lr,
+                                  batch_size=batch_size, seed=seed)
+    return loss, float((pred == y_val.cpu().numpy()).mean())
+
+
+@dataclass
+class BalancedScore:
+    """Balanced accuracy of predictions, and what it would be if they ignored the labels."""
+
+    value: float       # mean over the classes present in y of the recall of each class
+    chance: float      # its expected value for predictions independent of the labels
+    stderr: float      # its standard deviation under that independence
+
+
+def balanced_score(y: np.ndarray, pred: np.ndarray) -> BalancedScore:
+    """Balanced accuracy of `pred` against `y`, with its chance level for THESE predictions.
+
+    If the predictions ignored the labels, a sample of class k would be predicted k with
+    probability q_k (the share of predictions that are k), so its recall R_k is a binomial
+    share with mean q_k and variance q_k (1 - q_k) / n_k. Balanced accuracy, the mean of R_k
+    over the C classes present, then has mean sum(q_k) / C and the matching variance. A model
+    that always predicts the majority class scores exactly its chance level, however imbalanced
+    the classes are (plain accuracy would credit it with the majority share).
+    """
+    classes, counts = np.unique(y, return_counts=True)
+    recall = np.array([(pred[y == k] == k).mean() for k in classes])
+    q = np.array([(pred == k).mean() for k in classes])
+    c = len(classes)
+    return BalancedScore(float(recall.mean()), float(q.sum() / c),
+                         float(math.sqrt((q * (1 - q) / counts).sum()) / c))
 
 
 def check_labels_carry_signal(model_factory: ModelFactory, x: Any, y: Any, *,
@@ -304,19 +340,24 @@ def check_labels_carry_signal(model_factory: ModelFactory, x: Any, y: Any, *,
 
     Split the data (stratified) into training and validation parts. Train a fresh model on
     the real labels, and another, the control, on the same training inputs with their labels
-    deliberately permuted (same budget, same seed). Chance is the larger of the validation
-    majority-class share and the control's validation accuracy. LABELS_SHUFFLED is reported
+    deliberately permuted (same budget, same seed). Score both on validation with BALANCED
+    accuracy (the mean per-class recall), whose chance level does not move with the class
+    ratio: plain accuracy cannot tell a model that found the rare class of 20:1 data from one
+    that always says "common" (both sit near the 95% majority share). Chance is the larger of
+    the model's own chance level (what its predictions would score if they ignored the labels,
+    see `balanced_score`) and the control's balanced accuracy. LABELS_SHUFFLED is reported
     when BOTH hold:
 
     1. the model fits its training labels: its final training loss is at least `min_fit`
-       (5%) below the entropy of the training labels, the loss of the best input-blind guess;
-    2. its validation accuracy is not above chance by more than `z` (3) binomial standard
-       errors, sqrt(c (1 - c) / n_val).
+       (5%) below the entropy of the training labels, the loss of the best input-blind guess
+       (the class prior);
+    2. its validation balanced accuracy is not above chance by more than `z` (3) standard
+       errors of balanced accuracy under independence.
 
     Real labels that a network fits carry over to held-out data early in training; shuffled
-    labels can only be memorised (1 without 2 failing). A model that is merely slow fails 1
-    and is not reported: nothing can be concluded from a model that has not fitted anything.
-    Returns [] otherwise.
+    labels (balanced or not) can only be memorised (1 without 2 failing). A model that is
+    merely slow fails 1 and is not reported: nothing can be concluded from a model that has
+    not fitted anything. Returns [] otherwise.
     """
     from sklearn.model_selection import train_test_split
 
@@ -324,34 +365,36 @@ def check_labels_carry_signal(model_factory: ModelFactory, x: Any, y: Any, *,
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     labels = yt.numpy()
-    stratify = labels if np.bincount(labels).min() >= 2 else None
+    stratify = labels if np.bincount(labels)[np.bincount(labels) > 0].min() >= 2 else None
     tr, val = train_test_split(np.arange(len(labels)), test_size=val_fraction,
                                random_state=seed, stratify=stratify)
     tr_t, val_t = torch.as_tensor(tr), torch.as_tensor(val)
-    x_tr, y_tr, x_val, y_val = xt[tr_t], yt[tr_t], xt[val_t], yt[val_t]
+    x_tr, y_tr, x_val, y_val = xt[tr_t], yt[tr_t], xt[val_t], labels[val]
     budget = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": seed}
-    loss, acc = _fit_and_score(model_factory, x_tr, y_tr, x_val, y_val, **budget)
+    loss, pred = _fit_and_predict(model_factory, x_tr, y_tr, x_val, **budget)
     shuffled = y_tr[torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(seed))]
-    control_loss, control_acc = _fit_and_score(model_factory, x_tr, shuffled, x_val, y_val,
-                                               **budget)
+    control_loss, control_pred = _fit_and_predict(model_factory, x_tr, shuffled, x_val,
+                                                  **budget)
 
     freq = np.bincount(y_tr.numpy()) / len(y_tr)
     entropy = float(-(freq[freq > 0] * np.log(freq[freq > 0])).sum())
-    majority = float(np.bincount(y_val.numpy()).max() / len(y_val))
-    chance = max(majority, control_acc)
-    stderr = math.sqrt(max(chance * (1 - chance), 1e-12) / len(y_val))
+    score, control = balanced_score(y_val, pred), balanced_score(y_val, control_pred)
+    chance = max(score.chance, control.value)
     fits = loss < (1 - min_fit) * entropy
-    at_chance = acc <= chance + z * stderr
+    at_chance = score.value <= chance + z * score.stderr
     if not (fits and at_chance):
         return []
+    accuracy = float((pred == y_val).mean())
+    majority = float(np.bincount(y_val).max() / len(y_val))
     return [Finding(
         "LABELS_SHUFFLED",
         f"the model fits its training labels (loss {loss:.3f}, below the {entropy:.3f} of an "
-        f"input-blind guess) yet its validation accuracy, {acc:.1%}, is at chance "
-        f"({chance:.1%}; with deliberately permuted labels it reaches {control_acc:.1%}): "
-        "the labels do not follow the inputs",
-        evidence={"train_loss": loss, "label_entropy": entropy, "val_accuracy": acc,
-                  "chance_accuracy": chance, "majority_share": majority,
-                  "permuted_val_accuracy": control_acc, "permuted_train_loss": control_loss,
-                  "standard_error": stderr, "n_val": len(y_val)},
+        f"input-blind guess) yet its validation balanced accuracy, {score.value:.1%}, is at "
+        f"chance ({chance:.1%}; with deliberately permuted labels it reaches "
+        f"{control.value:.1%}): the labels do not follow the inputs",
+        evidence={"train_loss": loss, "label_entropy": entropy,
+                  "val_balanced_accuracy": score.value, "chance_balanced_accuracy": chance,
+                  "standard_error": score.stderr, "val_accuracy": accuracy,
+                  "majority_share": majority, "permuted_val_balanced_accuracy": control.value,
+                  "permuted_train_loss": control_loss, "n_val": len(y_val)},
     )]

@@ -216,3 +216,54 @@ def test_bad_arguments_raise_clear_errors():
         validate_data(np.zeros((0, 3)))
     with pytest.raises(ValueError, match="y_train=None"):
         validate_data(TensorDataset(torch.zeros(4, 2), torch.zeros(4)), torch.zeros(4))
+
+
+def test_one_rule_for_unnormalized_inputs_feature_by_feature():
+    # 40 features around the rule's edges: |mean| near 2 and 10, std near 10, mean/std near 3
+    from lesson.batches import BatchInspector, unnormalized_features
+
+    rng = np.random.default_rng(16)
+    means = np.array([0, 1.9, 2.5, 2.5, 5, 5, 9, 11, -11, -2.5] * 4, dtype=np.float64)
+    stds = np.array([1, 0.1, 0.9, 0.7, 1.5, 2, 4, 4, 4, 0.5] * 4) * np.repeat([1, 2, 3, 0.3], 10)
+    x = (rng.standard_normal((2000, 40)) * stds + means).astype(np.float32)
+    inspector = BatchInspector()
+    for batch in np.split(x, 8):
+        inspector.observe_inputs(torch.from_numpy(batch))
+    expected = int(unnormalized_features(x.astype(np.float64).mean(0), x.std(0, ddof=1)).sum())
+    assert 0 < expected < 40
+    monitor = by_code(inspector.findings(), "UNNORMALIZED_INPUTS").evidence
+    validator = by_code(validate_data(x), "UNNORMALIZED_INPUTS").evidence
+    assert monitor["unnormalized_features"] == validator["features_off"] == expected
+    assert [w["feature"] for w in monitor["worst_features"]] == \
+        [w["feature"] for w in validator["worst_features"]]
+
+
+def _catalogue_inputs():
+    from broken_models import datasets as D
+    from broken_models.bad_model.class_imbalance import screening
+
+    return {
+        "digits standardised": lambda s: D.digits(s).x_train,
+        "digits / 16": lambda s: D.digits(s, standardize=False).x_train / 16,
+        "blobs 16x4": lambda s: D.blobs(s, features=16, classes=4, spread=1.5).x_train,
+        "blobs 10x2": lambda s: D.blobs(s, features=10, classes=2).x_train,
+        "xor": lambda s: D.xor(s).x_train,
+        "regression": lambda s: D.regression(s).x_train,
+        "sequences": lambda s: D.sequences(s, steps=20).x_train,
+        "screening 20:1": lambda s: screening(s).x_train,
+        "images in [0, 1]": lambda s: torch.rand(256, 3, 8, 8,
+                                                 generator=torch.Generator().manual_seed(s)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_catalogue_inputs()))
+def test_healthy_catalogue_inputs_are_flagged_by_neither_check(name):
+    from lesson.batches import BatchInspector
+
+    for seed in range(3):
+        x = _catalogue_inputs()[name](seed)
+        assert "UNNORMALIZED_INPUTS" not in codes(validate_data(x, near_tol=None))
+        inspector = BatchInspector()
+        for batch in x.split(64):
+            inspector.observe_inputs(batch)
+        assert "UNNORMALIZED_INPUTS" not in codes(inspector.findings())

@@ -193,3 +193,46 @@ def test_signal_check_validates_its_arguments(digits):
         check_labels_carry_signal(mlp, x, y, val_fraction=1.5)
     with pytest.raises(ValueError, match="one label per row"):
         check_labels_carry_signal(mlp, x, y[:10])
+
+
+def imbalanced(seed: int, common: int = 1000, rare: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two overlapping Gaussian classes at 20:1 (like broken_models' class_imbalance case)."""
+    g = torch.Generator().manual_seed(seed)
+    shift = torch.full((8,), 0.4)
+    x = torch.cat([torch.randn(common, 8, generator=g) - shift,
+                   torch.randn(rare, 8, generator=g) + shift])
+    y = torch.cat([torch.zeros(common, dtype=torch.long), torch.ones(rare, dtype=torch.long)])
+    return x, y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_real_imbalanced_labels_are_not_reported(seed):
+    # regression: accuracy against the 95% majority share called real 20:1 labels shuffled
+    x, y = imbalanced(seed)
+    assert check_labels_carry_signal(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(),
+                                                           nn.Linear(16, 2)),
+                                     x, y, seed=seed, **FAST) == []
+
+
+@pytest.mark.slow
+def test_shuffled_imbalanced_labels_are_reported():
+    x, y = imbalanced(0)
+    shuffled = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(10))]
+    (f,) = check_labels_carry_signal(lambda: nn.Sequential(nn.Linear(8, 128), nn.ReLU(),
+                                                           nn.Linear(128, 2)),
+                                     x, shuffled, seed=0, **FAST)
+    assert f.code == "LABELS_SHUFFLED"
+    # the symptom: memorised (loss below the prior's entropy), accuracy near the 95% majority,
+    # yet the rare class is not recognised on held-out data
+    assert f.evidence["train_loss"] < 0.95 * f.evidence["label_entropy"]
+    assert f.evidence["val_accuracy"] > 0.9
+    assert abs(f.evidence["val_balanced_accuracy"] - 0.5) < 0.05
+
+
+def test_balanced_score_chance_level():
+    y = np.array([0] * 95 + [1] * 5)
+    always_common = labels_module.balanced_score(y, np.zeros(100, dtype=int))
+    assert always_common.value == always_common.chance == 0.5 and always_common.stderr == 0
+    perfect = labels_module.balanced_score(y, y)
+    assert perfect.value == 1.0 and perfect.value > perfect.chance + 3 * perfect.stderr

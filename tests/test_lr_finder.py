@@ -98,6 +98,8 @@ def test_suggestion_rule_on_a_synthetic_curve():
     assert 1e-3 < s < 0.1
     assert suggest_lr(lrs[:5], loss[:5]) is None
     assert suggest_lr(lrs, [1.0] * 100) is None  # never went down: no suggestion
+    with pytest.raises(ValueError, match="same length"):
+        suggest_lr(lrs, loss, raw=loss[:50])
 
 
 def test_a_spike_back_above_the_start_marks_the_edge_even_if_the_loss_recovers():
