@@ -28,6 +28,26 @@ _EXPORTS: dict[str, str] = {
     "plot_gradient_flow": "lesson.plots",
     "plot_activations": "lesson.plots",
     "plot_loss": "lesson.plots",
+    # result types of the active checks and data checks
+    "OverfitResult": "lesson.overfit",
+    "LRFinderResult": "lesson.lr_finder",
+    "GradientCheckReport": "lesson.gradcheck",
+    "LabelIssues": "lesson.labels",
+    "out_of_sample_probs": "lesson.labels",
+    # the inspectors the debugger feeds (usable on their own)
+    "LossInputInspector": "lesson.loss_inputs",
+    "BatchInspector": "lesson.batches",
+    # production: sinks and alerts for NetworkDebugger(log_every=..., sinks=..., alerts=...)
+    "JSONLSink": "lesson.sinks",
+    "TensorBoardSink": "lesson.sinks",
+    "WandbSink": "lesson.sinks",
+    "read_jsonl": "lesson.sinks",
+    "NonFiniteLossAlert": "lesson.alerts",
+    "DeadUnitsAlert": "lesson.alerts",
+    "ExplodingGradientAlert": "lesson.alerts",
+    "FindingAlert": "lesson.alerts",
+    "TrainingAlert": "lesson.alerts",
+    "default_alerts": "lesson.alerts",
 }
 
 __all__ = ["CODES", "Code", "Finding", "Severity", *_EXPORTS]

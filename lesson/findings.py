@@ -230,7 +230,7 @@ CODES: dict[str, Code] = {
               "noise-robust loss.",
               _S.WARNING, "data", "label_issues"),
         _code("LABELS_SHUFFLED", "Labels carry no signal about their inputs (shuffled or "
-              "misaligned): held-out accuracy stays at chance while training loss falls.",
+              "misaligned): held-out balanced accuracy stays at chance while training loss falls.",
               "Check that inputs and labels are indexed and shuffled together (one "
               "permutation for both).",
               _S.CRITICAL, "data", "label_issues"),

@@ -347,6 +347,9 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     collapsed, upstream_dead = [], False
     exploding: list[tuple[str, float, float]] = []
+    # A classifier that fits its data drives its logits up on purpose (cross-entropy rewards
+    # margins), so growth alone never indicts the output layer; its absolute scale still can.
+    output_layer = ev.layer_order[-1] if ev.layer_order else None
     for name in ev.layer_order:
         seen = [r["layers"][name] for r in recs if name in r["layers"]]
         if not seen:
@@ -367,7 +370,8 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
         rms = _rms(last)
         start = _rms(first_layers[name]) if name in first_layers else rms
         growth = rms / start if start > 0 else 1.0
-        if rms >= th.exploding_activation_rms or (growth >= th.activation_growth and rms > 10):
+        grew = growth >= th.activation_growth and rms > 10 and name != output_layer
+        if rms >= th.exploding_activation_rms or grew:
             exploding.append((name, rms, growth))
     if collapsed:
         s = recs[-1]["layers"][collapsed[0]]

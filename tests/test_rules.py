@@ -60,3 +60,25 @@ def test_updates_as_large_as_the_weights_are_lr_too_high_whatever_the_loss():
                             "ndim": 2}}}
     found = rules.rule_lr_too_high(Evidence(history=[rec], losses=[1.0, 0.9]), Thresholds())
     assert found and found[0].evidence["max_update_ratio"] == 2.0
+
+
+def _layer(rms: float) -> dict:
+    return {"kind": "Linear", "act_mean": 0.0, "act_std": rms, "act_min": -rms, "act_max": rms,
+            "zero_fraction": 0.0, "dead_fraction": None, "sample_std": rms, "nonfinite": 0,
+            "samples": 64}
+
+
+def test_logits_that_grow_as_a_classifier_fits_are_not_exploding_activations():
+    """A healthy net that fits separable data grows its logits ~100x; hidden layers must not."""
+    first = {"step": 0, "loss": 2.3, "lr": 1e-3, "params": {},
+             "layers": {"hidden": _layer(1.0), "logits": _layer(0.7)}}
+    fitted = {"step": 200, "loss": 3e-8, "lr": 1e-3, "params": {},
+              "layers": {"hidden": _layer(1.5), "logits": _layer(74.0)}}
+    ev = Evidence(history=[first, fitted], steps=200, layer_order=["hidden", "logits"])
+    assert not [f for f in rules.rule_activation_scale(ev, Thresholds())
+                if f.code == "EXPLODING_ACTIVATIONS"]
+    blown = {**fitted, "layers": {"hidden": _layer(150.0), "logits": _layer(74.0)}}
+    ev = Evidence(history=[first, blown], steps=200, layer_order=["hidden", "logits"])
+    found = [f for f in rules.rule_activation_scale(ev, Thresholds())
+             if f.code == "EXPLODING_ACTIVATIONS"]
+    assert found and found[0].layer == "hidden"
