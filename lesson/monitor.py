@@ -52,8 +52,8 @@ except ImportError:  # pragma: no cover
     BatchInspector = None  # type: ignore[assignment,misc]
 
 DEFAULT_EVERY = 20
-"""Statistics every 20 steps after the warm-up: measured overhead <= 1.02x on the benchmark MLP
-(benchmarks/bench_monitor_overhead.py); every=1 costs about 1.05-1.10x there."""
+"""Statistics every 20 steps after the warm-up: measured overhead about 0.99-1.02x on the
+benchmark MLP (benchmarks/bench_monitor_overhead.py); every=1 costs about 1.25-1.35x there."""
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
@@ -171,6 +171,7 @@ class NetworkDebugger:
         # step bookkeeping
         self._step = 0                         # the step whose passes are running now
         self._closed_step = -1                 # last step whose record is written
+        self._records = 0                      # records written (see _detailed_step)
         self._buf = StepBuffer()
         self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
         self._loss_mark = 0                    # len(loss_history_raw) at the last record
@@ -194,6 +195,7 @@ class NetworkDebugger:
         self._explicit_optimizer = optimizer is not None
         self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
+        self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
         # what to watch
         self._layer_kinds: dict[str, str] = {}
         self._layer_order: list[str] = []
@@ -334,6 +336,13 @@ class NetworkDebugger:
                 self._samples[key[1]] = sample_values(t, self.activation_sample)
         return hook
 
+    def _detailed_step(self) -> bool:
+        """Take the gradients' mean, |mean| and max (read only by the lesson's per-layer
+        `gradient_stats` view, not by any rule) on warm-up steps and then on about one step in
+        DEFAULT_EVERY: at every=1 they would cost as much as all the other statistics."""
+        spacing = max(1, -(-DEFAULT_EVERY // self.every))
+        return self._step < self.warmup or self._records % spacing == 0
+
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
         def hook(grad: torch.Tensor) -> None:
@@ -363,13 +372,14 @@ class NetworkDebugger:
                 return
             name = self._params[i][0]
             try:
-                sums, maxes = gradient_accumulators(p.grad)
+                detailed = self._detailed_step()
+                sums, maxes = gradient_accumulators(p.grad, detailed)
             except Exception as exc:
                 self._error(name, exc)
                 return
             self._buf.set_sum(("grad", name), sums)
             self._buf.maxes[("grad", name)] = maxes
-            self._buf.counts[("grad", name)] = [float(p.numel())]
+            self._buf.counts[("grad", name)] = [float(p.numel()), float(detailed)]
         return hook
 
     def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...],
@@ -401,7 +411,7 @@ class NetworkDebugger:
             x = first_tensor(args) if args else first_tensor(kwargs)
             if x is not None:
                 try:
-                    self.batch_inspector.observe_inputs(x)
+                    self.batch_inspector.observe_inputs(x, step=self._step)
                 except Exception as exc:
                     self._error("batch inspector", exc)
 
@@ -427,7 +437,7 @@ class NetworkDebugger:
             if self.loss_inspector is not None:
                 self.loss_inspector.observe(output, target, criterion, step=self._step)
             if self.batch_inspector is not None and isinstance(target, torch.Tensor):
-                self.batch_inspector.observe_targets(target)
+                self.batch_inspector.observe_targets(target, step=self._step)
         except Exception as exc:
             self._error("loss inspector", exc)
 
@@ -475,9 +485,28 @@ class NetworkDebugger:
             tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
             for name, sq in zip(names, squared_norms(tensors)):
                 self._buf.set_sum(("weight", name), sq.reshape(1))
-            self._before = (names, tensors, [t.clone() for t in tensors])
+            self._before = (names, tensors, self._copies(names, tensors))
         except Exception as exc:
             self._error("optimizer step", exc)
+
+    def _keep_copies(self, tensors: list[torch.Tensor]) -> bool:
+        """Parameter copies are kept between steps on the CPU, where allocating them afresh
+        costs page faults; elsewhere the caching allocator already recycles them."""
+        return self.every <= 4 and all(t.device.type == "cpu" for t in tensors)
+
+    def _copies(self, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Copies of `tensors` (the parameters before the step), into kept buffers if any."""
+        if not self._keep_copies(tensors):
+            return [t.clone() for t in tensors]
+        kept = self._update_copies
+        bufs = []
+        for name, t in zip(names, tensors):
+            buf = kept.get(name)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = kept[name] = torch.empty_like(t, memory_format=torch.contiguous_format)
+            bufs.append(buf)
+        torch._foreach_copy_(bufs, tensors)
+        return bufs
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._before is not None:
@@ -487,6 +516,8 @@ class NetworkDebugger:
                 torch._foreach_sub_(before, tensors)
                 for name, sq in zip(names, squared_norms(before)):
                     self._buf.set_sum(("update", name), sq.reshape(1))
+                if not self._keep_copies(tensors):
+                    self._update_copies = {}
             except Exception as exc:
                 self._error("optimizer step", exc)
             del before
@@ -509,6 +540,7 @@ class NetworkDebugger:
     def _close(self) -> None:
         buf, self._buf = self._buf, StepBuffer()
         step, self._closed_step = self._step, self._step
+        self._records += 1
         if not any(k[0] == "weight" for k in buf.sums) and self._params:
             for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
                 buf.set_sum(("weight", name), sq.reshape(1))
@@ -581,10 +613,12 @@ class NetworkDebugger:
             if g:
                 gs = dict(zip(GRAD_SUMS, g))
                 gm = dict(zip(GRAD_MAXES, maxes[("grad", name)]))
-                numel = counts[("grad", name)][0]
-                entry.update(grad_norm=math.sqrt(gs["sumsq"]), grad_abs_mean=gs["abs_sum"] / numel,
-                             grad_mean=gs["sum"] / numel, grad_max=gm["abs_max"],
+                numel, detailed = counts[("grad", name)]
+                entry.update(grad_norm=math.sqrt(gs["sumsq"]),
                              nonfinite_grad=int(gs["nonfinite"] > 0))
+                if detailed:
+                    entry.update(grad_abs_mean=gs["abs_sum"] / numel,
+                                 grad_mean=gs["sum"] / numel, grad_max=gm["abs_max"])
             if u and weight_norm > 0:
                 entry["update_ratio"] = math.sqrt(u[0]) / weight_norm
             elif u:
@@ -668,10 +702,10 @@ class NetworkDebugger:
     @property
     def gradient_stats(self) -> dict[str, dict[str, float]]:
         """Latest gradient statistics per layer, from its parameters' gradients."""
-        rec = self._latest_with("params", lambda p: p["grad_norm"] is not None)
+        rec = self._latest_with("params", lambda p: "grad_abs_mean" in p)
         out: dict[str, dict[str, float]] = {}
         for name, p in (rec["params"].items() if rec else []):
-            if p["grad_norm"] is None:
+            if "grad_abs_mean" not in p:
                 continue
             layer = p["layer"] or name
             n = p["numel"]

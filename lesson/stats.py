@@ -12,6 +12,7 @@ reductions and returns small result tensors.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -62,6 +63,31 @@ def unit_maxima(per_element: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return per_element.reshape(-1, shape[-1]).amax(dim=0)
 
 
+_SCRATCH_LIMIT = 1 << 24
+"""Largest tensor (elements) given a kept scratch buffer; bigger ones get a temporary one."""
+_scratch_local = threading.local()
+
+
+def scratch_like(t: torch.Tensor) -> torch.Tensor:
+    """A work buffer shaped like `t`, reused across calls (per thread, device and dtype).
+
+    Elementwise statistics (centred squares, signs, |g|) need one temporary as large as the
+    tensor they measure; on the CPU a fresh allocation of that size costs more page faults than
+    the arithmetic itself, so the buffer is kept (CPU only: accelerators' caching allocators
+    already make a temporary cheap). It never holds a reference to `t`."""
+    n = t.numel()
+    if n > _SCRATCH_LIMIT or t.device.type != "cpu":
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
+    cache = getattr(_scratch_local, "buffers", None)
+    if cache is None:
+        cache = _scratch_local.buffers = {}
+    key = (t.device, t.dtype)
+    buf = cache.get(key)
+    if buf is None or buf.numel() < n:
+        buf = cache[key] = torch.empty(max(n, 1024), dtype=t.dtype, device=t.device)
+    return buf[:n].view(t.shape)
+
+
 def activation_accumulators(output: torch.Tensor, relu_like: bool
                             ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Sums (ACT_SUMS) and maxima (ACT_MAXES, then one "ever non-zero" flag per unit for
@@ -69,37 +95,48 @@ def activation_accumulators(output: torch.Tensor, relu_like: bool
 
     `sample_std` is the mean over output elements of the standard deviation across the batch
     (dimension 0): 0 means every sample got the same output, whatever its spread in space.
-    Four cheap passes over the tensor: column sums, centred squares, min/max, zero count."""
+    Four passes over the tensor, all into one reused buffer: column sums, centred squares
+    (exact for collapsed layers), min/max, signs; everything else is derived from per-column
+    vectors."""
     x = _as_float(output)
     n = x.shape[0]
     flat = x.reshape(n, -1)
     col_sum = flat.sum(dim=0)
     mean = col_sum / n
-    var = (flat - mean).square_().sum(dim=0) / n      # centred: exact for collapsed layers
-    total = col_sum.sum()
-    sumsq = (var + mean * mean).sum() * n
+    work = scratch_like(flat)
+    var = torch.sub(flat, mean, out=work).square_().sum(dim=0).div_(n)
     lo, hi = torch.aminmax(flat)
-    zeros = flat.numel() - torch.sign(flat).abs_().sum()   # vectorises; (x == 0).sum() does not
+    signs = torch.sign(flat, out=work)
+    nonzero = (signs if relu_like else signs.abs_()).sum()   # ReLU outputs are >= 0
+    # one small op per accumulator: [sum, sumsq, sample_std] from per-column vectors
+    per_col = torch.stack([col_sum, var.addcmul(mean, mean).mul_(n), var.sqrt()]).sum(dim=1)
     nonfinite = torch.isfinite(mean).logical_not().sum()
-    sample_std = var.sqrt().mean()
-    sums = torch.stack([total, sumsq, zeros.to(total.dtype), nonfinite.to(total.dtype),
-                        sample_std])
-    maxes = [hi.reshape(1), (-lo).reshape(1)]
+    sums = torch.cat([per_col[:2], (flat.numel() - nonzero).reshape(1),
+                      nonfinite.reshape(1).to(per_col.dtype),
+                      per_col[2:] / mean.numel()])
+    maxes = torch.stack([hi, lo.neg()])
     if relu_like:   # outputs are >= 0, so a unit is dead exactly when its column sums to 0
-        maxes.append(unit_maxima(col_sum, x.shape).gt(0).to(hi.dtype))
-    return sums, torch.cat(maxes), flat.numel(), n
+        maxes = torch.cat([maxes, unit_maxima(col_sum, x.shape).gt(0).to(hi.dtype)])
+    return sums, maxes, flat.numel(), n
 
 
-def gradient_accumulators(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums (GRAD_SUMS) and maxima (GRAD_MAXES) of one gradient tensor."""
+def gradient_accumulators(grad: torch.Tensor, detailed: bool = True
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums (GRAD_SUMS) and maxima (GRAD_MAXES) of one gradient tensor: a dot product for the
+    squared norm and, when `detailed`, one |g| pass into a reused buffer for its sum and maximum
+    and a plain sum (otherwise those three are 0: only the lesson's per-layer view reads them,
+    so the monitor takes them on some statistics steps only)."""
     g = _as_float(grad)
     if g.is_sparse:
         g = g.coalesce().values()
-    norm = torch.linalg.vector_norm(g)
-    lo, hi = torch.aminmax(g)
-    sums = torch.stack([norm * norm, g.abs().sum(), g.sum(),
-                        torch.isfinite(norm).logical_not().to(norm.dtype)])
-    return sums, torch.maximum(hi, -lo).reshape(1)
+    flat = g.reshape(-1)
+    sq = torch.dot(flat, flat) if flat.numel() else flat.new_zeros(())
+    bad = torch.isfinite(sq).logical_not().to(sq.dtype)
+    if not detailed or not flat.numel():
+        zero = sq.new_zeros(())
+        return torch.stack([sq, zero, zero, bad]), zero.reshape(1)
+    mag = torch.abs(flat, out=scratch_like(flat))
+    return torch.stack([sq, mag.sum(), flat.sum(), bad]), mag.max().reshape(1)
 
 
 def element_sums(output: torch.Tensor) -> torch.Tensor:
@@ -116,10 +153,14 @@ def pooled_sample_std(sums: list[float], samples: float) -> float:
 
 
 def squared_norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """||t||^2 of each tensor, with one multi-tensor kernel where the device has one."""
+    """||t||^2 of each tensor: a BLAS dot product each on the CPU (faster there than a norm
+    kernel), one multi-tensor kernel elsewhere."""
     if not tensors:
         return []
     floats = [_as_float(t) for t in tensors]
+    if all(t.device.type == "cpu" for t in floats):
+        flats = [t.reshape(-1) for t in floats]
+        return [torch.dot(f, f) for f in flats]
     return [n * n for n in torch._foreach_norm(floats)]
 
 
