@@ -30,16 +30,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from workload import make_batch, make_model
+
 from lesson.monitor import NetworkDebugger
 from lesson.sinks import JSONLSink, read_jsonl
 
 LOG_EVERY = 100
-
-
-def make_model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                         nn.Linear(1024, 10))
 
 
 def main() -> None:
@@ -47,9 +43,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=LOG_EVERY)
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    x, y = make_batch(0)
     criterion = nn.CrossEntropyLoss()
     tmp = tempfile.mkdtemp(prefix="nndebug-bench-")
 

@@ -27,6 +27,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from workload import make_batch, make_model
+
 from lesson.monitor import DEFAULT_EVERY, NetworkDebugger
 
 
@@ -64,12 +66,6 @@ class LessonStyleDebugger:
         return hook
 
 
-def make_model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                         nn.Linear(1024, 10))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -78,11 +74,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=DEFAULT_EVERY,
                         help="steps per timed block (default: the debugger's default every)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
     # the lesson's full backward hook warns on the first layer (one of the flaws it is compared on)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
-    torch.manual_seed(0)
-    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    x, y = make_batch(0)
     criterion = nn.CrossEntropyLoss()
 
     configs: dict[str, dict[str, object]] = {}
