@@ -52,8 +52,12 @@ except ImportError:  # pragma: no cover
     BatchInspector = None  # type: ignore[assignment,misc]
 
 DEFAULT_EVERY = 20
-"""Statistics every 20 steps after the warm-up: measured overhead about 0.99-1.02x on the
-benchmark MLP (benchmarks/bench_monitor_overhead.py); every=1 costs about 1.25-1.35x there."""
+"""Statistics every 20 steps after the warm-up: measured overhead about 0.99-1.03x on the
+benchmark MLP (benchmarks/bench_monitor_overhead.py); every=1 costs about 1.2-1.35x there.
+(50 would halve the overhead, but batch-level checks such as UNSHUFFLED_BATCHES then see too
+few batches in short runs.)"""
+DETAILED_GRADIENT_EVERY = 20
+"""Steps between the gradients' mean/|mean|/max (see `_detailed_step`)."""
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
@@ -339,8 +343,8 @@ class NetworkDebugger:
     def _detailed_step(self) -> bool:
         """Take the gradients' mean, |mean| and max (read only by the lesson's per-layer
         `gradient_stats` view, not by any rule) on warm-up steps and then on about one step in
-        DEFAULT_EVERY: at every=1 they would cost as much as all the other statistics."""
-        spacing = max(1, -(-DEFAULT_EVERY // self.every))
+        DETAILED_GRADIENT_EVERY: at every=1 they would cost as much as all the other statistics."""
+        spacing = max(1, -(-DETAILED_GRADIENT_EVERY // self.every))
         return self._step < self.warmup or self._records % spacing == 0
 
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:

@@ -143,10 +143,17 @@ def read_wandb_records(run_file: Path):
 def wandb_history(run_dir: Path, timeout: float = 20.0) -> list[dict]:
     """The run's history rows, once wandb's service has written the run's closing record
     (finish() can return before the file is complete)."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout
     while True:
         (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-        records = list(read_wandb_records(run_file))
+        try:
+            records = list(read_wandb_records(run_file))
+        except DecodeError:  # caught the writer mid-record: read again
+            if time.monotonic() > deadline:
+                raise
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records) \
                 or time.monotonic() > deadline:
             break
