@@ -15,6 +15,16 @@ The lesson's API is kept word for word (`activation_stats`, `gradient_stats`, `l
 * statistics are taken on "statistics steps" only (the first `warmup` steps, then every
   `every` steps) and copied to the host once per such step, as one flat buffer.
 
+Statistics steps come in two weights. Every one takes the light statistics, the ones a rule
+needs to catch an event at the step it happens: per-unit activation sums and sums of squares
+(mean, std, dead units, NaN/Inf), gradient norms, the loss. The warm-up steps, log steps and
+one statistics step in `full_every` steps add the full ones, which describe states that
+persist or drift slowly (a collapsed layer, a softmax fed to the loss, unnormalised inputs):
+activation min/max, zero fraction and across-batch spread, the gradients' mean and max, weight
+norms (a light record repeats the last one measured) and update/weight ratios (a copy of every
+parameter), and the loss-input and batch inspections. At the default `every` every statistics
+step is full; `full_every` only matters when `every` is small.
+
 `diagnose()` turns the gathered evidence into `Finding`s (see `lesson.rules`). A record of
 every statistics step is kept in `history`; `add_callback(fn)` hands each new record to sinks
 and alerts as it is made.
@@ -26,6 +36,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -37,10 +48,10 @@ from lesson.distributed import RankReducer, unwrap, world_size
 from lesson.findings import Finding, sort_findings
 from lesson.restore import require_module
 from lesson.sinks import SinkLogger, model_tensors, sample_values
-from lesson.stats import (ACT_MAXES, ACT_SUMS, GRAD_MAXES, GRAD_SUMS, RELU_FAMILY, StepBuffer,
-                          activation_accumulators, first_tensor, gradient_accumulators,
-                          element_sums, identity_reduce, pooled_sample_std,
-                          squared_norms)
+from lesson.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
+                          RELU_FAMILY, StepBuffer, activation_details, activation_summary,
+                          element_sums, first_tensor, gradient_details, gradient_norm,
+                          identity_reduce, pooled_sample_std, squared_norms)
 
 try:  # written in parallel by the "inputs" helper; the monitor works without them
     from lesson.loss_inputs import LossInputInspector
@@ -52,12 +63,11 @@ except ImportError:  # pragma: no cover
     BatchInspector = None  # type: ignore[assignment,misc]
 
 DEFAULT_EVERY = 20
-"""Statistics every 20 steps after the warm-up: measured overhead about 0.99-1.03x on the
-benchmark MLP (benchmarks/bench_monitor_overhead.py); every=1 costs about 1.2-1.35x there.
-(50 would halve the overhead, but batch-level checks such as UNSHUFFLED_BATCHES then see too
-few batches in short runs.)"""
-DETAILED_GRADIENT_EVERY = 20
-"""Steps between the gradients' mean/|mean|/max (see `_detailed_step`)."""
+"""Statistics every 20 steps after the warm-up (see benchmarks/bench_monitor_overhead.py for
+what that costs, and what every=1 costs)."""
+DEFAULT_FULL_EVERY = 20
+"""Steps between full statistics steps (see `NetworkDebugger`): at every=20 and above every
+statistics step is a full one; at every=1, one step in 20 is."""
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
@@ -140,7 +150,8 @@ class NetworkDebugger:
                  warmup: int = DEFAULT_WARMUP, max_history: int = DEFAULT_MAX_HISTORY,
                  thresholds: rules.Thresholds | None = None, log_every: int | None = None,
                  sinks: Sequence[Any] = (), alerts: Sequence[Any] = (),
-                 activation_sample: int = 1024, distributed: bool | None = None) -> None:
+                 activation_sample: int = 1024, distributed: bool | None = None,
+                 full_every: int = DEFAULT_FULL_EVERY) -> None:
         require_module(model)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, "
@@ -149,7 +160,7 @@ class NetworkDebugger:
             raise TypeError(f"criterion must be a loss module or function, "
                             f"got {type(criterion).__name__}")
         for name, value, low in (("every", every, 1), ("warmup", warmup, 0),
-                                 ("max_history", max_history, 2)):
+                                 ("max_history", max_history, 2), ("full_every", full_every, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if log_every is not None and (isinstance(log_every, bool)
@@ -160,6 +171,7 @@ class NetworkDebugger:
         self.log_every = log_every
         self.optimizer = optimizer
         self.every, self.warmup, self.max_history = every, warmup, max_history
+        self.full_every = full_every
         self.thresholds = thresholds or rules.Thresholds()
         # the lesson's attributes
         self.loss_history_raw: list[float | torch.Tensor] = []
@@ -175,7 +187,6 @@ class NetworkDebugger:
         # step bookkeeping
         self._step = 0                         # the step whose passes are running now
         self._closed_step = -1                 # last step whose record is written
-        self._records = 0                      # records written (see _detailed_step)
         self._buf = StepBuffer()
         self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
         self._loss_mark = 0                    # len(loss_history_raw) at the last record
@@ -200,8 +211,10 @@ class NetworkDebugger:
         self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
         self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
+        self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         # what to watch
         self._layer_kinds: dict[str, str] = {}
+        self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
         self._params: list[tuple[str, nn.Parameter]] = [
             (n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -248,6 +261,14 @@ class NetworkDebugger:
         """Is `step` a statistics step: warm-up, every `every`-th, every `log_every`-th."""
         return (step < self.warmup or step % self.every == 0
                 or (self.log_every is not None and step % self.log_every == 0))
+
+    def _full(self, step: int) -> bool:
+        """Is statistics step `step` a full one: warm-up, a log step, or one statistics step in
+        ceil(full_every / every)."""
+        if step < self.warmup or (self.log_every is not None and step % self.log_every == 0):
+            return True
+        spacing = -(-self.full_every // self.every)
+        return step % self.every == 0 and (step // self.every) % spacing == 0
 
     def _keeps_samples(self) -> bool:
         return (self._logger is not None and self.is_main and self._logger.wants_histograms
@@ -319,33 +340,34 @@ class NetworkDebugger:
             t = first_tensor(output)
             if t is None or t.dim() == 0 or t.numel() == 0:
                 return
+            full = self._full(self._step)
             try:
-                sums, maxes, count, n = activation_accumulators(t, relu_like)
+                units, sumsq = activation_summary(t)
+                details = activation_details(t, relu_like) if full else None
             except Exception as exc:  # the user's training must never break on a statistic
                 self._error(name, exc)
                 return
-            key = ("act", name)
-            old = self._buf.maxes.get(key)
-            if old is not None and old.shape != maxes.shape:
-                key = ("act", f"{name}#{maxes.numel()}")   # called again on another shape
-            if key[1] not in self._layer_order:
-                self._layer_order.append(key[1])
-                self._layer_kinds.setdefault(key[1], type(module).__name__)
-            self._buf.add_sum(key, sums)
-            self._buf.add_max(key, maxes)
-            self._buf.add_counts(key, [count, 1, n])
-            if self.reducer is not None:   # per-element sums: sample_std over all ranks' samples
-                self._buf.add_sum(("act_el", key[1]), element_sums(t))
+            key = name
+            old = self._buf.sums.get(("act_units", key))
+            if old is not None and old.shape != units.shape:
+                key = f"{name}#{units.numel()}"      # called again on another shape
+            if key not in self._layer_order:
+                self._layer_order.append(key)
+                self._layer_kinds.setdefault(key, type(module).__name__)
+                if relu_like:
+                    self._relu_layers.add(key)
+            buf = self._buf
+            buf.add_sum(("act", key), sumsq)
+            buf.add_sum(("act_units", key), units)
+            buf.add_counts(("act", key), [t.numel(), 1, t.shape[0]])
+            if details is not None:
+                buf.add_sum(("act_full", key), details[0])
+                buf.add_max(("act_full", key), details[1])
+                if self.reducer is not None:   # sample_std over all ranks' samples
+                    buf.add_sum(("act_el", key), element_sums(t))
             if self._keeps_samples():      # a small copy for the activation histogram
-                self._samples[key[1]] = sample_values(t, self.activation_sample)
+                self._samples[key] = sample_values(t, self.activation_sample)
         return hook
-
-    def _detailed_step(self) -> bool:
-        """Take the gradients' mean, |mean| and max (read only by the lesson's per-layer
-        `gradient_stats` view, not by any rule) on warm-up steps and then on about one step in
-        DETAILED_GRADIENT_EVERY: at every=1 they would cost as much as all the other statistics."""
-        spacing = max(1, -(-DETAILED_GRADIENT_EVERY // self.every))
-        return self._step < self.warmup or self._records % spacing == 0
 
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
@@ -376,14 +398,16 @@ class NetworkDebugger:
                 return
             name = self._params[i][0]
             try:
-                detailed = self._detailed_step()
-                sums, maxes = gradient_accumulators(p.grad, detailed)
+                sumsq = gradient_norm(p.grad)
+                details = gradient_details(p.grad) if self._full(self._step) else None
             except Exception as exc:
                 self._error(name, exc)
                 return
-            self._buf.set_sum(("grad", name), sums)
-            self._buf.maxes[("grad", name)] = maxes
-            self._buf.counts[("grad", name)] = [float(p.numel()), float(detailed)]
+            self._buf.set_sum(("grad", name), sumsq)
+            self._buf.counts[("grad", name)] = [float(p.numel())]
+            if details is not None:
+                self._buf.set_sum(("grad_full", name), details[0])
+                self._buf.maxes[("grad_full", name)] = details[1]
         return hook
 
     def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...],
@@ -411,7 +435,7 @@ class NetworkDebugger:
             self._pass_eval_modules = eval_names
         elif train_names:
             self.train_mode_eval.add(train_names, self._step)
-        if self.batch_inspector is not None and self._collecting():
+        if self.batch_inspector is not None and self._collecting() and self._full(self._step):
             x = first_tensor(args) if args else first_tensor(kwargs)
             if x is not None:
                 try:
@@ -435,7 +459,7 @@ class NetworkDebugger:
                 self._foreign.append((weakref.ref(leaf), tuple(leaf.shape)))
 
     def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
-        if not self._collecting():
+        if not (self._collecting() and self._full(self._step)):
             return
         try:
             if self.loss_inspector is not None:
@@ -484,7 +508,9 @@ class NetworkDebugger:
             for i, (_, p) in enumerate(self._params):
                 if p.grad is not None:
                     self._grad_hook(i)(p)
-        try:
+        if not self._full(self._step):
+            return
+        try:   # weight norms, and a copy of each tensor for its update/weight ratio
             names = [n for n, p in self._params if id(p) in held and p.grad is not None]
             tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
             for name, sq in zip(names, squared_norms(tensors)):
@@ -494,9 +520,11 @@ class NetworkDebugger:
             self._error("optimizer step", exc)
 
     def _keep_copies(self, tensors: list[torch.Tensor]) -> bool:
-        """Parameter copies are kept between steps on the CPU, where allocating them afresh
-        costs page faults; elsewhere the caching allocator already recycles them."""
-        return self.every <= 4 and all(t.device.type == "cpu" for t in tensors)
+        """Parameter copies are kept between full steps on the CPU when those come at most 4
+        steps apart (allocating them afresh costs page faults); elsewhere the caching
+        allocator already recycles them."""
+        spacing = -(-self.full_every // self.every) * self.every
+        return spacing <= 4 and all(t.device.type == "cpu" for t in tensors)
 
     def _copies(self, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Copies of `tensors` (the parameters before the step), into kept buffers if any."""
@@ -544,16 +572,15 @@ class NetworkDebugger:
     def _close(self) -> None:
         buf, self._buf = self._buf, StepBuffer()
         step, self._closed_step = self._step, self._step
-        self._records += 1
-        if not any(k[0] == "weight" for k in buf.sums) and self._params:
+        if self._full(step) and self._params and not any(k[0] == "weight" for k in buf.sums):
             for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
                 buf.set_sum(("weight", name), sq.reshape(1))
         pending = self._loss_pending
         if pending:
             ts = [self.loss_history_raw[i] for i in pending]
             dev = ts[0].device  # type: ignore[union-attr]
-            buf.set_value(("losses",), torch.stack([t.reshape(()).to(dev, torch.float64)
-                                                    for t in ts]))  # type: ignore[union-attr]
+            buf.set_value(("losses",), torch.stack(  # 0-dim each (see record_loss)
+                [t if t.device == dev else t.to(dev) for t in ts]))  # type: ignore[union-attr]
         had_data = bool(buf)
         host = buf.gather(self._reduce, step=step)
         if not had_data and not host["sums"]:
@@ -561,7 +588,7 @@ class NetworkDebugger:
         if self.reducer is not None and self.reducer.last_skipped:
             self._error(f"step {step}", RuntimeError(self.reducer.skipped[-1][1]))
         if pending:
-            for i, v in zip(pending, host["values"][("losses",)]):
+            for i, v in zip(pending, host["values"][("losses",)].tolist()):
                 self.loss_history_raw[i] = v
             self._loss_pending = []
         loss = None
@@ -579,59 +606,72 @@ class NetworkDebugger:
         finally:
             self._samples = {}
 
-    def _decode(self, step: int, host: dict[str, dict[Any, list[float]]]) -> dict[str, Any]:
+    def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]]) -> dict[str, Any]:
         sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
         layers: dict[str, dict[str, Any]] = {}
-        for key, s in sums.items():
-            if key[0] != "act":
-                continue
-            a = dict(zip(ACT_SUMS, s))
-            m = maxes[key]
-            count, calls, samples = counts[key]
-            mean = a["sum"] / count
-            var = a["sumsq"] / count - mean * mean
-            flags = m[len(ACT_MAXES):]
-            layers[key[1]] = {
-                "kind": self._layer_kinds.get(key[1], "?"),
-                "act_mean": mean,
-                "act_std": math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
-                "act_min": -m[1], "act_max": m[0],
-                "zero_fraction": a["zeros"] / count,
-                "dead_fraction": (1.0 - sum(flags) / len(flags)) if flags else None,
-                "sample_std": (pooled_sample_std(sums[("act_el", key[1])], samples)
-                               if ("act_el", key[1]) in sums else a["sample_std"] / calls),
-                "nonfinite": int(a["nonfinite"]) if math.isfinite(a["nonfinite"]) else 1,
-                "samples": int(samples / calls),
-            }
+        for key, sq in sums.items():
+            if key[0] == "act":
+                layers[key[1]] = self._layer_record(key[1], sq.item(), host)
         params: dict[str, dict[str, Any]] = {}
         for name, p in self._params:
-            g = sums.get(("grad", name))
-            w = sums.get(("weight", name))
-            u = sums.get(("update", name))
-            st = sums.get(("stale", name))
-            weight_norm = math.sqrt(w[0]) if w else float("nan")
+            g, w, u, st = (sums[k].tolist() if k in sums else None for k in (
+                ("grad", name), ("weight", name), ("update", name), ("stale", name)))
+            if w is not None:        # measured on full steps; light records repeat the last
+                self._weight_norms[name] = math.sqrt(w[0])
+            weight_norm = self._weight_norms.get(name, float("nan"))
             entry: dict[str, Any] = {
                 "grad_norm": None, "weight_norm": weight_norm, "update_ratio": None,
                 "nonfinite_grad": 0, "layer": self._param_layer[name], "numel": p.numel(),
-                "ndim": p.dim(), "stale_grad_norm": math.sqrt(st[0]) if st else None}
-            if g:
-                gs = dict(zip(GRAD_SUMS, g))
-                gm = dict(zip(GRAD_MAXES, maxes[("grad", name)]))
-                numel, detailed = counts[("grad", name)]
-                entry.update(grad_norm=math.sqrt(gs["sumsq"]),
-                             nonfinite_grad=int(gs["nonfinite"] > 0))
-                if detailed:
-                    entry.update(grad_abs_mean=gs["abs_sum"] / numel,
-                                 grad_mean=gs["sum"] / numel, grad_max=gm["abs_max"])
-            if u and weight_norm > 0:
-                entry["update_ratio"] = math.sqrt(u[0]) / weight_norm
-            elif u:
-                entry["update_ratio"] = None
-            if u:
+                "ndim": p.dim(), "stale_grad_norm": math.sqrt(st[0]) if st is not None else None}
+            if g is not None:
+                entry.update(grad_norm=math.sqrt(g[0]), nonfinite_grad=int(not math.isfinite(g[0])))
+                full = sums.get(("grad_full", name))
+                if full is not None:
+                    numel = counts[("grad", name)].item()
+                    gs = dict(zip(GRAD_FULL_SUMS, full.tolist()))
+                    gm = dict(zip(GRAD_FULL_MAXES, maxes[("grad_full", name)].tolist()))
+                    entry.update(grad_abs_mean=gs["abs_sum"] / numel, grad_mean=gs["sum"] / numel,
+                                 grad_max=gm["abs_max"])
+            if u is not None:
                 entry["update_norm"] = math.sqrt(u[0])
+                if weight_norm > 0:
+                    entry["update_ratio"] = entry["update_norm"] / weight_norm
             params[name] = entry
         lr = self._current_lr()
         return {"step": step, "loss": None, "lr": lr, "layers": layers, "params": params}
+
+    def _layer_record(self, name: str, sumsq: float, host: dict[str, dict[Any, np.ndarray]]
+                      ) -> dict[str, Any]:
+        """One layer's activation statistics from its light (and, if taken, full) sums."""
+        sums, maxes = host["sums"], host["maxes"]
+        units = sums[("act_units", name)]
+        count, calls, samples = host["counts"][("act", name)].tolist()
+        with np.errstate(all="ignore"):         # NaN/Inf are counted below, not warned about
+            total = float(units.sum())
+            mean = total / count
+            var = sumsq / count - mean * mean
+        nonfinite = 0
+        if not (math.isfinite(total) and math.isfinite(sumsq)):
+            nonfinite = max(int(np.count_nonzero(~np.isfinite(units))), 1)
+        record: dict[str, Any] = {
+            "kind": self._layer_kinds.get(name, "?"),
+            "act_mean": mean,
+            "act_std": math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
+            "act_min": None, "act_max": None, "zero_fraction": None,
+            "dead_fraction": (float(np.count_nonzero(units == 0)) / units.size
+                              if name in self._relu_layers else None),
+            "sample_std": None, "nonfinite": nonfinite, "samples": int(samples / calls),
+        }
+        full = sums.get(("act_full", name))
+        if full is not None:
+            a = dict(zip(ACT_FULL_SUMS, full.tolist()))
+            m = dict(zip(ACT_FULL_MAXES, maxes[("act_full", name)].tolist()))
+            record.update(
+                act_min=-m["neg_min"], act_max=m["max"],
+                zero_fraction=(count - a["nonzero"]) / count,
+                sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
+                            if ("act_el", name) in sums else a["sample_std"] / calls))
+        return record
 
     def _current_lr(self) -> float | None:
         return _lr_of(self.optimizer) if self.optimizer is not None else None
@@ -696,7 +736,7 @@ class NetworkDebugger:
     @property
     def activation_stats(self) -> dict[str, dict[str, float]]:
         """Latest per-layer activation statistics, with the lesson's keys."""
-        rec = self._latest_with("layers")
+        rec = self._latest_with("layers", lambda s: s["sample_std"] is not None)
         return {name: {"mean": s["act_mean"], "std": s["act_std"],
                        "fraction_zero": s["zero_fraction"], "min": s["act_min"],
                        "max": s["act_max"], "dead_fraction": s["dead_fraction"],

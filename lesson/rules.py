@@ -190,8 +190,11 @@ def _total_norm(rec: dict[str, Any], key: str) -> float | None:
     return math.sqrt(sum(v * v for v in vals))
 
 
-def _recent_layers(ev: Evidence, th: Thresholds) -> list[dict[str, Any]]:
-    recs = [r for r in ev.history if r["layers"]]
+def _recent_layers(ev: Evidence, th: Thresholds, full: bool = False) -> list[dict[str, Any]]:
+    """The last `recent_records` records with activation statistics (`full`: with the full
+    ones, such as sample_std, which small `every` values take on some steps only)."""
+    recs = [r for r in ev.history if r["layers"] and (
+        not full or any(s["sample_std"] is not None for s in r["layers"].values()))]
     return recs[-th.recent_records:]
 
 
@@ -332,7 +335,9 @@ def rule_dead_neurons(ev: Evidence, th: Thresholds) -> list[Finding]:
         out.append(Finding("DEAD_NEURONS",
                            f"{dead:.0%} of the units output 0 for every sample of the batch",
                            layer=name, evidence={"dead_fraction": dead,
-                                                 "zero_fraction": seen[-1]["zero_fraction"],
+                                                 "zero_fraction": next(
+                                                     (s["zero_fraction"] for s in reversed(seen)
+                                                      if s["zero_fraction"] is not None), None),
                                                  "samples": seen[-1].get("samples")},
                            step=step))
     return out
@@ -343,6 +348,7 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
     recs = _recent_layers(ev, th)
     if not recs:
         return []
+    full_recs = _recent_layers(ev, th, full=True)
     first_layers = next(r for r in ev.history if r["layers"])["layers"]
     out: list[Finding] = []
     collapsed, upstream_dead = [], False
@@ -365,8 +371,10 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
             scale = max(s["act_std"], abs(s["act_mean"]))
             return (s.get("samples", 2) >= 2 and scale > 1e-12
                     and s["sample_std"] <= th.collapse_ratio * scale)
-        if not upstream_dead and all(is_collapsed(s) for s in seen):
-            collapsed.append(name)
+        judged = [r["layers"][name] for r in full_recs if name in r["layers"]
+                  and r["layers"][name]["sample_std"] is not None]
+        if not upstream_dead and judged and all(is_collapsed(s) for s in judged):
+            collapsed.append((name, judged[-1]))
         rms = _rms(last)
         start = _rms(first_layers[name]) if name in first_layers else rms
         growth = rms / start if start > 0 else 1.0
@@ -374,13 +382,14 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
         if rms >= th.exploding_activation_rms or grew:
             exploding.append((name, rms, growth))
     if collapsed:
-        s = recs[-1]["layers"][collapsed[0]]
+        first, s = collapsed[0]
         out.append(Finding("COLLAPSED_ACTIVATIONS",
                            f"output varies across the batch by {s['sample_std']:.1e} "
                            f"against a scale of {max(s['act_std'], abs(s['act_mean'])):.1e}",
-                           layer=collapsed[0],
+                           layer=first,
                            evidence={"sample_std": s["sample_std"], "act_std": s["act_std"],
-                                     "act_mean": s["act_mean"], "collapsed_layers": collapsed},
+                                     "act_mean": s["act_mean"],
+                                     "collapsed_layers": [n for n, _ in collapsed]},
                            step=recs[0]["step"]))
     if exploding:
         name, rms, growth = exploding[0]

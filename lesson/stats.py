@@ -16,18 +16,19 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
+import numpy as np
 import torch
 from torch import nn
 
 #: Activation modules whose output is exactly 0 on a whole half-line: a unit can "die".
 RELU_FAMILY: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6)
 
-#: Layout of an activation's sum accumulator (on device) and max accumulator.
-ACT_SUMS = ("sum", "sumsq", "zeros", "nonfinite", "sample_std")
-ACT_MAXES = ("max", "neg_min")
-#: Layout of a parameter gradient's accumulators.
-GRAD_SUMS = ("sumsq", "abs_sum", "sum", "nonfinite")
-GRAD_MAXES = ("abs_max",)
+#: Layout of the per-step accumulators: light ones on every statistics step, the "full" ones
+#: (see NetworkDebugger.full_every) on some of them.
+ACT_FULL_SUMS = ("nonzero", "sample_std")
+ACT_FULL_MAXES = ("max", "neg_min")
+GRAD_FULL_SUMS = ("abs_sum", "sum")
+GRAD_FULL_MAXES = ("abs_max",)
 
 Reducer = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -52,15 +53,18 @@ def _as_float(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
-def unit_maxima(per_element: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Reduce a per-element vector (one value per non-batch position of an output of `shape`)
-    to one value per unit by its maximum: channels are the units of images (N, C, H, W[, D]),
-    the last dimension is the unit of everything else ((N, F) or (N, T, F))."""
-    if len(shape) >= 4:
-        return per_element.reshape(shape[1], -1).amax(dim=1)
-    if len(shape) <= 2:
-        return per_element.reshape(-1)
-    return per_element.reshape(-1, shape[-1]).amax(dim=0)
+def unit_sums(x: torch.Tensor) -> torch.Tensor:
+    """One sum per unit of a module output of shape `x.shape`, over the batch and every other
+    position: channels are the units of images (N, C, H, W[, D]), the last dimension is the
+    unit of everything else ((N, F) or (N, T, F)); a 1-dim output is one unit. For outputs
+    that are >= 0 (the ReLU family) a unit is dead exactly when its sum is 0."""
+    if x.dim() >= 4:
+        return x.sum(dim=[0] + list(range(2, x.dim())))
+    if x.dim() == 3:
+        return x.sum(dim=(0, 1))
+    if x.dim() == 2:
+        return x.sum(dim=0)
+    return x.sum().reshape(1)
 
 
 _SCRATCH_LIMIT = 1 << 24
@@ -88,55 +92,58 @@ def scratch_like(t: torch.Tensor) -> torch.Tensor:
     return buf[:n].view(t.shape)
 
 
-def activation_accumulators(output: torch.Tensor, relu_like: bool
-                            ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """Sums (ACT_SUMS) and maxima (ACT_MAXES, then one "ever non-zero" flag per unit for
-    ReLU-family layers) of one module output, plus its element count and batch size.
+def activation_summary(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The light statistics of one module output, taken on every statistics step: the sum per
+    unit (`unit_sums`) and the sum of squares. Two passes over the tensor and nothing else: the
+    mean, std, dead units and non-finite units all follow on the host from these two."""
+    x = _as_float(output)
+    flat = x.reshape(-1)
+    return unit_sums(x), torch.dot(flat, flat).reshape(1)
+
+
+def activation_details(output: torch.Tensor, relu_like: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full statistics of one module output: sums (ACT_FULL_SUMS) and maxima
+    (ACT_FULL_MAXES).
 
     `sample_std` is the mean over output elements of the standard deviation across the batch
-    (dimension 0): 0 means every sample got the same output, whatever its spread in space.
-    Four passes over the tensor, all into one reused buffer: column sums, centred squares
-    (exact for collapsed layers), min/max, signs; everything else is derived from per-column
-    vectors."""
+    (dimension 0): 0 means every sample got the same output, whatever its spread in space. It
+    is taken from centred squares (exact for collapsed layers, where sum-of-squares formulas
+    leave rounding noise), in one reused buffer that then holds the signs for the zero count."""
     x = _as_float(output)
     n = x.shape[0]
     flat = x.reshape(n, -1)
-    col_sum = flat.sum(dim=0)
-    mean = col_sum / n
+    mean = flat.sum(dim=0).div_(n)
     work = scratch_like(flat)
-    var = torch.sub(flat, mean, out=work).square_().sum(dim=0).div_(n)
+    std = torch.sub(flat, mean, out=work).square_().sum(dim=0).div_(n).sqrt_().mean()
     lo, hi = torch.aminmax(flat)
     signs = torch.sign(flat, out=work)
     nonzero = (signs if relu_like else signs.abs_()).sum()   # ReLU outputs are >= 0
-    # one small op per accumulator: [sum, sumsq, sample_std] from per-column vectors
-    per_col = torch.stack([col_sum, var.addcmul(mean, mean).mul_(n), var.sqrt()]).sum(dim=1)
-    nonfinite = torch.isfinite(mean).logical_not().sum()
-    sums = torch.cat([per_col[:2], (flat.numel() - nonzero).reshape(1),
-                      nonfinite.reshape(1).to(per_col.dtype),
-                      per_col[2:] / mean.numel()])
-    maxes = torch.stack([hi, lo.neg()])
-    if relu_like:   # outputs are >= 0, so a unit is dead exactly when its column sums to 0
-        maxes = torch.cat([maxes, unit_maxima(col_sum, x.shape).gt(0).to(hi.dtype)])
-    return sums, maxes, flat.numel(), n
+    return torch.stack([nonzero, std]), torch.stack([hi, lo.neg()])
 
 
-def gradient_accumulators(grad: torch.Tensor, detailed: bool = True
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums (GRAD_SUMS) and maxima (GRAD_MAXES) of one gradient tensor: a dot product for the
-    squared norm and, when `detailed`, one |g| pass into a reused buffer for its sum and maximum
-    and a plain sum (otherwise those three are 0: only the lesson's per-layer view reads them,
-    so the monitor takes them on some statistics steps only)."""
+def gradient_norm(grad: torch.Tensor) -> torch.Tensor:
+    """The squared norm of one gradient (one dot product), as a 1-element tensor: what every
+    statistics step takes. A NaN/Inf anywhere in the gradient makes it non-finite."""
     g = _as_float(grad)
     if g.is_sparse:
         g = g.coalesce().values()
     flat = g.reshape(-1)
-    sq = torch.dot(flat, flat) if flat.numel() else flat.new_zeros(())
-    bad = torch.isfinite(sq).logical_not().to(sq.dtype)
-    if not detailed or not flat.numel():
-        zero = sq.new_zeros(())
-        return torch.stack([sq, zero, zero, bad]), zero.reshape(1)
+    return torch.dot(flat, flat).reshape(1) if flat.numel() else flat.new_zeros(1)
+
+
+def gradient_details(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums (GRAD_FULL_SUMS) and maxima (GRAD_FULL_MAXES) of one gradient: one |g| pass into a
+    reused buffer for its sum and maximum, and a plain sum. Only the lesson's per-layer
+    `gradient_stats` view reads them, so they are taken on full statistics steps only."""
+    g = _as_float(grad)
+    if g.is_sparse:
+        g = g.coalesce().values()
+    flat = g.reshape(-1)
+    if not flat.numel():
+        return flat.new_zeros(2), flat.new_zeros(1)
     mag = torch.abs(flat, out=scratch_like(flat))
-    return torch.stack([sq, mag.sum(), flat.sum(), bad]), mag.max().reshape(1)
+    return torch.stack([mag.sum(), flat.sum()]), mag.max().reshape(1)
 
 
 def element_sums(output: torch.Tensor) -> torch.Tensor:
@@ -203,28 +210,35 @@ class StepBuffer:
         self.values[key] = t
 
     def gather(self, reduce: Reducer = identity_reduce, *, step: int = 0
-               ) -> dict[str, dict[Hashable, list[float]]]:
-        """Reduce and copy everything to the host in one transfer; returns plain floats.
+               ) -> dict[str, dict[Hashable, np.ndarray]]:
+        """Reduce and copy everything to the host in one transfer; returns float64 arrays.
 
-        A cross-rank reducer (`lesson.distributed.RankReducer`) names the accumulator kinds it
-        averages instead of summing; it then also averages the values (the recorded losses)."""
+        One process: one concatenation and one copy, and the host-known counts never visit
+        the device. A cross-rank reducer (`lesson.distributed.RankReducer`) gets the sums
+        with the counts appended (SUM all-reduce) and the maxima (MAX all-reduce); it names
+        the accumulator kinds it averages instead of summing, and then also averages the
+        values (the recorded losses)."""
         parts = {"sums": self.sums, "maxes": self.maxes, "values": self.values}
         tensors = [t for part in parts.values() for t in part.values()]
         device = tensors[0].device if tensors else torch.device("cpu")
         dtype = torch.float32 if device.type == "mps" else torch.float64
+        count_keys = list(self.counts)
+        host_counts = [c for k in count_keys for c in self.counts[k]]
 
         def flat(ts: list[torch.Tensor]) -> torch.Tensor:
             if not ts:
                 return torch.zeros(0, dtype=dtype, device=device)
             if any(t.device != device for t in ts):
                 ts = [t.to(device) for t in ts]
-            return torch.cat([t.reshape(-1) for t in ts]).to(dtype)
+            return torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in ts]).to(dtype)
 
-        count_keys = list(self.counts)
-        host_counts = [c for k in count_keys for c in self.counts[k]]
+        averaged_kinds = getattr(reduce, "averaged_kinds", None)
+        if reduce is identity_reduce:
+            host = flat(tensors).cpu().numpy()       # the one host transfer
+            counts = np.asarray(host_counts, dtype=np.float64)
+            return self._split(host, counts, count_keys)
         sums = torch.cat([flat(list(self.sums.values())),
                           torch.tensor(host_counts, dtype=dtype).to(device)])
-        averaged_kinds = getattr(reduce, "averaged_kinds", None)
         if averaged_kinds is None:
             sums, maxes = reduce(sums, flat(list(self.maxes.values())))
             values = flat(list(self.values.values()))
@@ -240,17 +254,24 @@ class StepBuffer:
                                    averaged=averaged, step=step,
                                    layout=layout + [(k, t.numel()) for k, t in self.maxes.items()])
             sums, values = merged[:sums.numel()], merged[sums.numel():]
-        host = torch.cat([sums, maxes, values]).tolist()     # the one host transfer
+        n_sums = sum(t.numel() for t in self.sums.values())
+        host = torch.cat([sums, maxes, values]).cpu().numpy().astype(np.float64)  # one transfer
+        counts = host[n_sums:n_sums + len(host_counts)]
+        host = np.concatenate([host[:n_sums], host[n_sums + len(host_counts):]])
+        return self._split(host, counts, count_keys)
 
-        out: dict[str, dict[Hashable, list[float]]] = {"sums": {}, "maxes": {}, "values": {},
-                                                       "counts": {}}
+    def _split(self, host: np.ndarray, counts: np.ndarray, count_keys: list[Hashable]
+               ) -> dict[str, dict[Hashable, np.ndarray]]:
+        """Cut the host copy (sums, maxima, values in order) and the counts back into keys."""
+        out: dict[str, dict[Hashable, np.ndarray]] = {"sums": {}, "maxes": {}, "values": {},
+                                                      "counts": {}}
         i = 0
-        for name, part in parts.items():
+        for name, part in (("sums", self.sums), ("maxes", self.maxes), ("values", self.values)):
             for key, t in part.items():
                 out[name][key] = host[i:i + t.numel()]
                 i += t.numel()
-            if name == "sums":
-                for key in count_keys:
-                    out["counts"][key] = host[i:i + len(self.counts[key])]
-                    i += len(self.counts[key])
+        i = 0
+        for key in count_keys:
+            out["counts"][key] = counts[i:i + len(self.counts[key])]
+            i += len(self.counts[key])
         return out

@@ -120,15 +120,20 @@ def test_record_format_and_sampling_schedule():
     model, x, y = mlp(), torch.randn(32, 10), torch.randint(0, 2, (32,))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     seen: list[dict] = []
-    with NetworkDebugger(model, opt, every=5, warmup=3) as dbg:
+    with NetworkDebugger(model, opt, every=5, warmup=3, full_every=10) as dbg:
         dbg.add_callback(seen.append)
         for _ in range(17):
             step(model, opt, dbg, x, y)
     assert [r["step"] for r in dbg.history] == [0, 1, 2, 5, 10, 15]
     assert seen == dbg.history and dbg.snapshot() is dbg.history[-1]
-    rec = dbg.history[-1]
+    full = [r["step"] for r in dbg.history if r["params"]["0.weight"]["update_ratio"] is not None]
+    assert full == [0, 1, 2, 10]                  # warm-up, then one statistics step in two
+    light = dbg.history[-1]["layers"]["1"]
+    assert light["act_mean"] > 0 and light["dead_fraction"] is not None
+    assert light["act_min"] is light["sample_std"] is light["zero_fraction"] is None
+    rec = dbg.history[-2]
     assert set(rec) >= {"step", "loss", "lr", "layers", "params"}
-    assert rec["lr"] == 1e-3 and rec["loss"] == pytest.approx(dbg.loss_history[15])
+    assert rec["lr"] == 1e-3 and rec["loss"] == pytest.approx(dbg.loss_history[10])
     layer = rec["layers"]["1"]
     for key in ["kind", "act_mean", "act_std", "act_min", "act_max", "zero_fraction",
                 "dead_fraction", "sample_std", "nonfinite"]:
