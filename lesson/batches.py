@@ -18,9 +18,11 @@ the data pipeline (or ignoring the finding for such a model) silences it.
 `unnormalized_features(mean, std)` is the one per-feature rule for UNNORMALIZED_INPUTS; the
 data validator (`lesson.data.validate_data`) uses it too.
 
-`BatchInspector.observe_inputs` / `observe_targets` run on every statistics step, so they only
-launch reductions on the batch's own device and fold them into running accumulators (no host
-sync, no reference kept to the batch). `findings()` reads them in one transfer.
+The debugger calls `observe_inputs` on its full statistics steps and `observe_targets` on
+every training step. Both only launch work on the batch's own device (no host sync, no
+reference kept to the batch): inputs are folded into running accumulators at once, targets
+(a copy of the labels) in groups of TARGET_FOLD. `findings()` reads everything in one
+transfer.
 """
 from __future__ import annotations
 
@@ -71,6 +73,11 @@ MIN_Z_SCORE binomial standard deviations. Tiny batches or one dominant class mak
 single-class batches common even when shuffled; this keeps them quiet."""
 
 MIN_Z_SCORE = 3.0
+
+TARGET_FOLD = 64
+"""Target batches are kept (as small label vectors) and folded into the running evidence this
+many at a time: a handful of operations per 64 batches instead of a dozen per batch, which is
+what lets the debugger watch the order of every training batch, not only statistics steps."""
 
 MAX_CLASSES = 1024
 """Class labels are counted in a fixed on-device histogram of this many bins (labels outside
@@ -132,6 +139,7 @@ class BatchInspector:
         self._batch_sizes: Counter[int] = Counter()
         self._targets = RunningStats(sums=("single_class", "not_classes"))
         self._histogram: torch.Tensor | None = None
+        self._pending: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # see TARGET_FOLD
 
     @property
     def input_batches_observed(self) -> int:
@@ -212,19 +220,9 @@ class BatchInspector:
         self._first_bad = torch.where(take, record, first_bad)
 
     # -- on the hot path: targets ------------------------------------------------------------
-    def _observe_labels(self, labels: torch.Tensor, not_classes: torch.Tensor) -> None:
-        lo, hi = torch.aminmax(labels)
-        self._targets.update(labels.device, sums={"single_class": lo == hi,
-                                                  "not_classes": not_classes})
-        bins = torch.where((labels >= 0) & (labels < MAX_CLASSES), labels,
-                           MAX_CLASSES).long()
-        if self._histogram is None:
-            self._histogram = torch.zeros(MAX_CLASSES + 1, device=labels.device)
-        hist = self._histogram.to(labels.device)
-        self._histogram = hist.index_add(0, bins, torch.ones_like(bins, dtype=hist.dtype))
-
     def observe_targets(self, y: Any, *, step: int | None = None) -> None:
-        """Fold one target batch into the class-order evidence (no host sync).
+        """Note one target batch for the class-order evidence (no host sync; a copy of the
+        labels is kept until the next fold, see TARGET_FOLD).
 
         Understands integer class labels (N,) or (N, 1), float binary labels (N,) or (N, 1)
         in {0, 1} and one-hot (N, C) float targets; anything else (regression targets,
@@ -241,8 +239,9 @@ class BatchInspector:
             y = y.detach()
             if y.dim() == 2 and y.shape[1] == 1:
                 y = y[:, 0]
+            not_classes: torch.Tensor | None = None
             if y.dim() == 1 and not y.is_floating_point():
-                labels, not_classes = y.long(), torch.zeros((), device=y.device)
+                labels = y.clone()            # never a view of the caller's tensor
             elif y.dim() == 1:
                 labels = y.round()
                 not_classes = ((y != labels) | ~torch.isfinite(y)).any()
@@ -256,11 +255,39 @@ class BatchInspector:
             self._batch_sizes[int(labels.shape[0])] += 1
             if self._first_target_step is None:
                 self._first_target_step = step
-            self._observe_labels(labels, not_classes)
+            self._pending.append((labels, not_classes))
+            if len(self._pending) >= TARGET_FOLD:
+                self._fold_targets()
+
+    @torch.no_grad()
+    def _fold_targets(self) -> None:
+        """Fold the kept label batches into the running evidence: per group of equal-sized
+        batches, one stack, one min/max per batch, one histogram update."""
+        pending, self._pending = self._pending, []
+        groups: dict[tuple[int, torch.device], list[torch.Tensor]] = {}
+        for labels, _ in pending:
+            groups.setdefault((labels.shape[0], labels.device), []).append(labels.long())
+        flags = [nc for _, nc in pending if nc is not None]
+        for (_, device), batches in groups.items():
+            stacked = torch.stack(batches)
+            lo, hi = stacked.aminmax(dim=1)
+            not_classes = (torch.stack([f.to(device) for f in flags]).any() if flags
+                           else torch.zeros((), device=device))
+            flags = []                          # counted once, with the first group
+            self._targets.update(device, sums={"single_class": (lo == hi).sum(),
+                                               "not_classes": not_classes})
+            bins = torch.where((stacked >= 0) & (stacked < MAX_CLASSES), stacked,
+                               MAX_CLASSES).reshape(-1)
+            if self._histogram is None:
+                self._histogram = torch.zeros(MAX_CLASSES + 1, device=device)
+            hist = self._histogram.to(device)
+            self._histogram = hist.index_add(0, bins, torch.ones_like(bins, dtype=hist.dtype))
 
     # -- when diagnosing ---------------------------------------------------------------------
     def findings(self, step: int | None = None) -> list[Finding]:
         """The data bugs seen so far (an empty list when the batches looked right)."""
+        if self._pending:
+            self._fold_targets()
         parts: dict[str, torch.Tensor | None] = {
             "nonfinite": self._nonfinite.packed(), "first_bad": self._first_bad,
             "targets": self._targets.packed(), "histogram": self._histogram}

@@ -62,9 +62,11 @@ try:
 except ImportError:  # pragma: no cover
     BatchInspector = None  # type: ignore[assignment,misc]
 
-DEFAULT_EVERY = 20
-"""Statistics every 20 steps after the warm-up (see benchmarks/bench_monitor_overhead.py for
-what that costs, and what every=1 costs)."""
+DEFAULT_EVERY = 50
+"""Statistics every 50 steps after the warm-up (see benchmarks/bench_monitor_overhead.py for
+what that costs, and what every=1 costs). The checks that need every batch do not wait for
+statistics steps: losses are all recorded, and the targets' class order is watched on every
+training step."""
 DEFAULT_FULL_EVERY = 20
 """Steps between full statistics steps (see `NetworkDebugger`): at every=20 and above every
 statistics step is a full one; at every=1, one step in 20 is."""
@@ -214,6 +216,9 @@ class NetworkDebugger:
         self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         # what to watch
         self._layer_kinds: dict[str, str] = {}
+        #: (module, hook) pairs, attached on statistics steps only (see _attach_activations)
+        self._activation_hooks: list[tuple[nn.Module, Callable[..., None]]] = []
+        self._attached: list[RemovableHandle] = []
         self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
         self._params: list[tuple[str, nn.Parameter]] = [
@@ -285,13 +290,15 @@ class NetworkDebugger:
         model = self.model
         self.hooks.append(model.register_forward_pre_hook(self._on_root_forward,
                                                           with_kwargs=True))
-        self.hooks.append(model.register_forward_hook(self._on_root_output, with_kwargs=True))
+        self._root_output_hook = model.register_forward_hook(self._on_root_output,
+                                                             with_kwargs=True)
+        self.hooks.append(self._root_output_hook)
         for name, module in model.named_modules():
             if watched(module):
                 name = name or type(module).__name__
                 self._layer_kinds[name] = type(module).__name__
-                self.hooks.append(module.register_forward_hook(
-                    self._activation_hook(name, isinstance(module, RELU_FAMILY))))
+                self._activation_hooks.append(
+                    (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
         for i, (name, p) in enumerate(self._params):
             self.hooks.append(p.register_hook(self._fresh_grad_hook(i)))
             self.hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
@@ -331,6 +338,17 @@ class NetworkDebugger:
     def _error(self, where: str, exc: Exception) -> None:
         if len(self.errors) < 20:
             self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _attach_activations(self, on: bool) -> None:
+        """Attach the activation hooks for a statistics step, detach them after it: between
+        statistics steps the watched modules have no hook at all, so nn.Module takes its fast
+        call path and the debugger costs nothing there."""
+        if on and not self._attached and self.hooks:
+            self._attached = [m.register_forward_hook(h) for m, h in self._activation_hooks]
+        elif not on and self._attached:
+            for handle in self._attached:
+                handle.remove()
+            self._attached = []
 
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
 
@@ -417,6 +435,7 @@ class NetworkDebugger:
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
+        self._attach_activations(self._is_stats_step())
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
                 and self._last_pass_train_modules:
@@ -451,6 +470,7 @@ class NetworkDebugger:
         if out is None or out.grad_fn is None:
             return
         self._graph_checked = True
+        self._root_output_hook.remove()         # once is enough: no cost on later passes
         known = {id(p) for _, p in self.model.named_parameters()}
         inputs = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
         known |= {id(t) for t in inputs}
@@ -459,13 +479,14 @@ class NetworkDebugger:
                 self._foreign.append((weakref.ref(leaf), tuple(leaf.shape)))
 
     def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
-        if not (self._collecting() and self._full(self._step)):
-            return
+        """What reaches the loss: on full statistics steps; the targets' class order on every
+        training step (cheap, and sorted data shows only across many batches)."""
         try:
-            if self.loss_inspector is not None:
-                self.loss_inspector.observe(output, target, criterion, step=self._step)
             if self.batch_inspector is not None and isinstance(target, torch.Tensor):
                 self.batch_inspector.observe_targets(target, step=self._step)
+            if self.loss_inspector is not None and self._collecting() \
+                    and self._full(self._step):
+                self.loss_inspector.observe(output, target, criterion, step=self._step)
         except Exception as exc:
             self._error("loss inspector", exc)
 
@@ -520,11 +541,10 @@ class NetworkDebugger:
             self._error("optimizer step", exc)
 
     def _keep_copies(self, tensors: list[torch.Tensor]) -> bool:
-        """Parameter copies are kept between full steps on the CPU when those come at most 4
-        steps apart (allocating them afresh costs page faults); elsewhere the caching
-        allocator already recycles them."""
-        spacing = -(-self.full_every // self.every) * self.every
-        return spacing <= 4 and all(t.device.type == "cpu" for t in tensors)
+        """Parameter copies are kept between full steps on the CPU, where allocating them
+        afresh costs more page faults than the copy itself (one copy of the parameters, the
+        memory the update ratios need anyway); elsewhere the caching allocator recycles them."""
+        return all(t.device.type == "cpu" for t in tensors)
 
     def _copies(self, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Copies of `tensors` (the parameters before the step), into kept buffers if any."""
@@ -564,6 +584,8 @@ class NetworkDebugger:
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
+        if self._attached and not self._scheduled(self._step):
+            self._attach_activations(False)
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
@@ -847,6 +869,7 @@ class NetworkDebugger:
         for handle in self.hooks:
             handle.remove()
         self.hooks.clear()
+        self._attach_activations(False)
 
     def __enter__(self) -> "NetworkDebugger":
         return self
