@@ -22,8 +22,7 @@ one statistics step in `full_every` steps add the full ones, which describe stat
 persist or drift slowly (a collapsed layer, a softmax fed to the loss, unnormalised inputs):
 activation min/max, zero fraction and across-batch spread, the gradients' mean and max, weight
 norms (a light record repeats the last one measured) and update/weight ratios (a copy of every
-parameter), and the loss-input and batch inspections. At the default `every` every statistics
-step is full; `full_every` only matters when `every` is small.
+parameter), and the loss-input and batch inspections.
 
 `diagnose()` turns the gathered evidence into `Finding`s (see `lesson.rules`). A record of
 every statistics step is kept in `history`; `add_callback(fn)` hands each new record to sinks
@@ -67,9 +66,9 @@ DEFAULT_EVERY = 50
 what that costs, and what every=1 costs). The checks that need every batch do not wait for
 statistics steps: losses are all recorded, and the targets' class order is watched on every
 training step."""
-DEFAULT_FULL_EVERY = 20
-"""Steps between full statistics steps (see `NetworkDebugger`): at every=20 and above every
-statistics step is a full one; at every=1, one step in 20 is."""
+DEFAULT_FULL_EVERY = 100
+"""Steps between full statistics steps (see the module docstring): at every=100 and above every
+statistics step is a full one; at the default every=50, one in two; at every=1, one in 100."""
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
@@ -216,14 +215,19 @@ class NetworkDebugger:
         self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         # what to watch
         self._layer_kinds: dict[str, str] = {}
-        #: (module, hook) pairs, attached on statistics steps only (see _attach_activations)
-        self._activation_hooks: list[tuple[nn.Module, Callable[..., None]]] = []
+        #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
+        self._step_hooks: list[tuple[Any, Callable[..., None]]] = []
         self._attached: list[RemovableHandle] = []
         self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
         self._params: list[tuple[str, nn.Parameter]] = [
             (n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
+        #: per parameter: its accumulator keys and the record fields that never change
+        self._param_keys = [
+            (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
+             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
+            for n, p in self._params]
         self._got_grad = [False] * len(self._params)
         self._grad_this_step = [False] * len(self._params)
         self._last_bw_gen = [-1] * len(self._params)
@@ -297,11 +301,11 @@ class NetworkDebugger:
             if watched(module):
                 name = name or type(module).__name__
                 self._layer_kinds[name] = type(module).__name__
-                self._activation_hooks.append(
+                self._step_hooks.append(
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
         for i, (name, p) in enumerate(self._params):
             self.hooks.append(p.register_hook(self._fresh_grad_hook(i)))
-            self.hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+            self._step_hooks.append((p, self._grad_hook(i)))
         if self.optimizer is not None:
             self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
@@ -339,12 +343,15 @@ class NetworkDebugger:
         if len(self.errors) < 20:
             self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
 
-    def _attach_activations(self, on: bool) -> None:
-        """Attach the activation hooks for a statistics step, detach them after it: between
-        statistics steps the watched modules have no hook at all, so nn.Module takes its fast
-        call path and the debugger costs nothing there."""
+    def _attach_step_hooks(self, on: bool) -> None:
+        """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
+        step, detach them after it: between statistics steps the watched modules have no hook
+        at all, so nn.Module takes its fast call path, and autograd calls no Python after
+        accumulating a gradient."""
         if on and not self._attached and self.hooks:
-            self._attached = [m.register_forward_hook(h) for m, h in self._activation_hooks]
+            self._attached = [m.register_forward_hook(h) if isinstance(m, nn.Module)
+                              else m.register_post_accumulate_grad_hook(h)
+                              for m, h in self._step_hooks]
         elif not on and self._attached:
             for handle in self._attached:
                 handle.remove()
@@ -361,7 +368,7 @@ class NetworkDebugger:
             full = self._full(self._step)
             try:
                 units, sumsq = activation_summary(t)
-                details = activation_details(t, relu_like) if full else None
+                details = activation_details(t, relu_like, units) if full else None
             except Exception as exc:  # the user's training must never break on a statistic
                 self._error(name, exc)
                 return
@@ -435,7 +442,7 @@ class NetworkDebugger:
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
-        self._attach_activations(self._is_stats_step())
+        self._attach_step_hooks(self._is_stats_step())
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
                 and self._last_pass_train_modules:
@@ -495,6 +502,8 @@ class NetworkDebugger:
         return {id(p) for g in optimizer.param_groups for p in g["params"]}
 
     def _on_any_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if optimizer is self.optimizer and self._explicit_optimizer:
+            return                      # its own hook (registered on it) does the work
         if optimizer not in self._seen_optimizers:
             mine = {id(p) for _, p in self._params}
             if not mine & self._holds(optimizer):
@@ -510,6 +519,8 @@ class NetworkDebugger:
             self._on_step_post(optimizer, args, kwargs)
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
+            return
         held = self._holds(optimizer)
         for i, (name, p) in enumerate(self._params):
             if not self._grad_this_step[i]:
@@ -523,8 +534,6 @@ class NetworkDebugger:
             if t is not None and t.grad is not None and id(t) not in held:
                 key = f"unregistered tensor {list(shape)}"
                 self._foreign_unstepped[key] = self._foreign_unstepped.get(key, 0) + 1
-        if not self._is_stats_step():
-            return
         if self.reducer is not None:  # DDP has averaged the gradients by now: measure those
             for i, (_, p) in enumerate(self._params):
                 if p.grad is not None:
@@ -585,7 +594,7 @@ class NetworkDebugger:
             self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
         if self._attached and not self._scheduled(self._step):
-            self._attach_activations(False)
+            self._attach_step_hooks(False)
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
@@ -631,25 +640,27 @@ class NetworkDebugger:
     def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]]) -> dict[str, Any]:
         sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
         layers: dict[str, dict[str, Any]] = {}
-        for key, sq in sums.items():
-            if key[0] == "act":
-                layers[key[1]] = self._layer_record(key[1], sq.item(), host)
+        with np.errstate(all="ignore"):         # NaN/Inf are counted, not warned about
+            for key, sq in sums.items():
+                if key[0] == "act":
+                    layers[key[1]] = self._layer_record(key[1], float(sq[0]), host)
         params: dict[str, dict[str, Any]] = {}
-        for name, p in self._params:
-            g, w, u, st = (sums[k].tolist() if k in sums else None for k in (
-                ("grad", name), ("weight", name), ("update", name), ("stale", name)))
+        for name, keys, static in self._param_keys:
+            g, w, u, st = (sums.get(k) for k in keys)
             if w is not None:        # measured on full steps; light records repeat the last
                 self._weight_norms[name] = math.sqrt(w[0])
-            weight_norm = self._weight_norms.get(name, float("nan"))
+            weight_norm = self._weight_norms.get(name, math.nan)
             entry: dict[str, Any] = {
                 "grad_norm": None, "weight_norm": weight_norm, "update_ratio": None,
-                "nonfinite_grad": 0, "layer": self._param_layer[name], "numel": p.numel(),
-                "ndim": p.dim(), "stale_grad_norm": math.sqrt(st[0]) if st is not None else None}
+                "nonfinite_grad": 0, **static,
+                "stale_grad_norm": math.sqrt(st[0]) if st is not None else None}
             if g is not None:
-                entry.update(grad_norm=math.sqrt(g[0]), nonfinite_grad=int(not math.isfinite(g[0])))
+                grad_sq = float(g[0])
+                entry["grad_norm"] = math.sqrt(grad_sq)
+                entry["nonfinite_grad"] = int(not math.isfinite(grad_sq))
                 full = sums.get(("grad_full", name))
                 if full is not None:
-                    numel = counts[("grad", name)].item()
+                    numel = static["numel"]
                     gs = dict(zip(GRAD_FULL_SUMS, full.tolist()))
                     gm = dict(zip(GRAD_FULL_MAXES, maxes[("grad_full", name)].tolist()))
                     entry.update(grad_abs_mean=gs["abs_sum"] / numel, grad_mean=gs["sum"] / numel,
@@ -668,10 +679,9 @@ class NetworkDebugger:
         sums, maxes = host["sums"], host["maxes"]
         units = sums[("act_units", name)]
         count, calls, samples = host["counts"][("act", name)].tolist()
-        with np.errstate(all="ignore"):         # NaN/Inf are counted below, not warned about
-            total = float(units.sum())
-            mean = total / count
-            var = sumsq / count - mean * mean
+        total = float(units.sum())
+        mean = total / count
+        var = sumsq / count - mean * mean
         nonfinite = 0
         if not (math.isfinite(total) and math.isfinite(sumsq)):
             nonfinite = max(int(np.count_nonzero(~np.isfinite(units))), 1)
@@ -737,6 +747,8 @@ class NetworkDebugger:
             if value.numel() != 1:
                 raise ValueError(f"{what} must be a number or a 0-dim tensor, "
                                  f"got a tensor of shape {tuple(value.shape)}")
+            if value.dim() == 0 and not value.requires_grad:
+                return value            # already what is kept (the common `loss.detach()`)
             return value.detach().reshape(())
         if isinstance(value, bool) or not hasattr(value, "__float__"):
             raise TypeError(f"{what} must be a number or a 0-dim tensor, got {type(value).__name__}")
@@ -869,7 +881,7 @@ class NetworkDebugger:
         for handle in self.hooks:
             handle.remove()
         self.hooks.clear()
-        self._attach_activations(False)
+        self._attach_step_hooks(False)
 
     def __enter__(self) -> "NetworkDebugger":
         return self

@@ -101,19 +101,21 @@ def activation_summary(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return unit_sums(x), torch.dot(flat, flat).reshape(1)
 
 
-def activation_details(output: torch.Tensor, relu_like: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+def activation_details(output: torch.Tensor, relu_like: bool,
+                       units: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The full statistics of one module output: sums (ACT_FULL_SUMS) and maxima
     (ACT_FULL_MAXES).
 
     `sample_std` is the mean over output elements of the standard deviation across the batch
     (dimension 0): 0 means every sample got the same output, whatever its spread in space. It
     is taken from centred squares (exact for collapsed layers, where sum-of-squares formulas
-    leave rounding noise), in one reused buffer that then holds the signs for the zero count."""
+    leave rounding noise), in one reused buffer that then holds the signs for the zero count.
+    `units` (from `activation_summary`) spares a pass for (N, F) outputs, whose units are the
+    columns."""
     x = _as_float(output)
     n = x.shape[0]
     flat = x.reshape(n, -1)
-    mean = flat.sum(dim=0).div_(n)
+    mean = (units / n if units is not None and x.dim() == 2 else flat.sum(dim=0).div_(n))
     work = scratch_like(flat)
     std = torch.sub(flat, mean, out=work).square_().sum(dim=0).div_(n).sqrt_().mean()
     lo, hi = torch.aminmax(flat)
@@ -233,8 +235,14 @@ class StepBuffer:
             return torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in ts]).to(dtype)
 
         averaged_kinds = getattr(reduce, "averaged_kinds", None)
-        if reduce is identity_reduce:
-            host = flat(tensors).cpu().numpy()       # the one host transfer
+        if reduce is identity_reduce:             # the one host transfer (float64 on the host)
+            try:
+                joined = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
+            except (RuntimeError, ValueError):   # none, or on several devices
+                joined = flat(tensors)
+            if joined.dtype not in (torch.float32, torch.float64):   # e.g. a bfloat16 loss
+                joined = joined.to(dtype)
+            host = joined.cpu().numpy().astype(np.float64)
             counts = np.asarray(host_counts, dtype=np.float64)
             return self._split(host, counts, count_keys)
         sums = torch.cat([flat(list(self.sums.values())),

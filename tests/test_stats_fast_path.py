@@ -28,7 +28,8 @@ def test_activation_statistics_match_direct_computation_across_shapes(shape):
         units, sumsq = activation_summary(x)
         assert units.tolist() == pytest.approx(units_of(x).tolist(), rel=1e-4, abs=1e-3)
         assert sumsq.item() == pytest.approx((x.double() ** 2).sum().item(), rel=1e-5)
-        sums, maxes = activation_details(x, relu_like)
+        sums, maxes = activation_details(x, relu_like, units)     # as the monitor calls it
+        assert torch.allclose(activation_details(x, relu_like)[0], sums, rtol=1e-5)
         got = dict(zip(ACT_FULL_SUMS, sums.tolist()))
         flat = x.double().reshape(x.shape[0], -1)
         assert got["nonzero"] == (flat != 0).sum().item()
@@ -87,7 +88,7 @@ def test_every_step_records_norms_and_full_steps_add_exact_details():
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
-    dbg = NetworkDebugger(model, opt, every=1, warmup=2)     # full_every 20: steps 0, 1, 20
+    dbg = NetworkDebugger(model, opt, every=1, warmup=2, full_every=20)   # full: 0, 1, 20
     for step in range(30):
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
