@@ -72,6 +72,11 @@ statistics step is a full one; at the default every=50, one in two; at every=1, 
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
+RECORD_BATCH = 16
+"""Light records that nothing listens to as they are made (no sink, alert or callback) are
+copied to the host 16 at a time: one transfer, and on an accelerator one sync, per 16
+statistics steps instead of one per step, which is most of what every=1 would cost otherwise.
+Reading any result (history, snapshot, diagnose, the lesson's views) copies what is pending."""
 DEFAULT_MAX_HISTORY = 2000
 """Records kept; beyond that every other one is dropped (first and last kept), so a long run
 keeps its whole shape in bounded memory."""
@@ -179,7 +184,9 @@ class NetworkDebugger:
         self.lr_losses: list[tuple[float, float]] = []
         self.hooks: list[RemovableHandle] = []
         # new public state
-        self.history: list[dict[str, Any]] = []
+        self._history: list[dict[str, Any]] = []
+        #: light records not yet copied to the host: (step, buffer, loss index, lr)
+        self._deferred: list[tuple[int, StepBuffer, int | None, float | None]] = []
         self.val_loss_history: list[float] = []
         self.errors: list[str] = []
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
@@ -603,12 +610,22 @@ class NetworkDebugger:
     def _close(self) -> None:
         buf, self._buf = self._buf, StepBuffer()
         step, self._closed_step = self._step, self._step
-        if self._full(step) and self._params and not any(k[0] == "weight" for k in buf.sums):
+        full = self._full(step)
+        if full and self._params and not any(k[0] == "weight" for k in buf.sums):
             for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
                 buf.set_sum(("weight", name), sq.reshape(1))
+        raw = self.loss_history_raw
+        loss_index = len(raw) - 1 if len(raw) > self._loss_mark else None
+        self._loss_mark = len(raw)
+        if self.reducer is None and not self._callbacks and not full and buf:
+            self._deferred.append((step, buf, loss_index, self._current_lr()))
+            if len(self._deferred) >= RECORD_BATCH:
+                self._write_deferred()
+            return
+        self._write_deferred()
         pending = self._loss_pending
         if pending:
-            ts = [self.loss_history_raw[i] for i in pending]
+            ts = [raw[i] for i in pending]
             dev = ts[0].device  # type: ignore[union-attr]
             buf.set_value(("losses",), torch.stack(  # 0-dim each (see record_loss)
                 [t if t.device == dev else t.to(dev) for t in ts]))  # type: ignore[union-attr]
@@ -620,24 +637,39 @@ class NetworkDebugger:
             self._error(f"step {step}", RuntimeError(self.reducer.skipped[-1][1]))
         if pending:
             for i, v in zip(pending, host["values"][("losses",)].tolist()):
-                self.loss_history_raw[i] = v
+                raw[i] = v
             self._loss_pending = []
-        loss = None
-        if len(self.loss_history_raw) > self._loss_mark:
-            loss = float(self.loss_history_raw[-1])
-        self._loss_mark = len(self.loss_history_raw)
-        record = self._decode(step, host)
-        record["loss"] = loss
-        self.history.append(record)
-        if len(self.history) > self.max_history:
-            self.history[:] = self.history[:1] + self.history[2:-1:2] + self.history[-1:]
+        record = self._decode(step, host, self._current_lr())
+        record["loss"] = float(raw[loss_index]) if loss_index is not None else None
+        self._append(record)
+
+    def _write_deferred(self) -> None:
+        """Copy the deferred light records to the host (one transfer) and write them."""
+        entries, self._deferred = self._deferred, []
+        if not entries:
+            return
+        hosts = StepBuffer.gather_many([buf for _, buf, _, _ in entries])
+        self._resolve_losses()
+        raw = self.loss_history_raw
+        for (step, _, loss_index, lr), host in zip(entries, hosts):
+            record = self._decode(step, host, lr)
+            record["loss"] = float(raw[loss_index]) if loss_index is not None else None
+            self._append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """Keep `record` (thinning a long history, first and last kept) and hand it on."""
+        history = self._history
+        history.append(record)
+        if len(history) > self.max_history:
+            history[:] = history[:1] + history[2:-1:2] + history[-1:]
         try:
             for fn in list(self._callbacks):
                 fn(record)
         finally:
             self._samples = {}
 
-    def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]]) -> dict[str, Any]:
+    def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]], lr: float | None
+                ) -> dict[str, Any]:
         sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
         layers: dict[str, dict[str, Any]] = {}
         with np.errstate(all="ignore"):         # NaN/Inf are counted, not warned about
@@ -670,7 +702,6 @@ class NetworkDebugger:
                 if weight_norm > 0:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
             params[name] = entry
-        lr = self._current_lr()
         return {"step": step, "loss": None, "lr": lr, "layers": layers, "params": params}
 
     def _layer_record(self, name: str, sumsq: float, host: dict[str, dict[Any, np.ndarray]]
@@ -713,6 +744,12 @@ class NetworkDebugger:
         if self._buf and self._is_stats_step() and self.reducer is None:
             self._close()   # across ranks a record is closed only where every rank closes it
 
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One record per statistics step, oldest first (see the module docstring)."""
+        self._write_deferred()
+        return self._history
+
     def snapshot(self) -> dict[str, Any] | None:
         """The latest record (None before the first statistics step)."""
         self._flush()
@@ -722,6 +759,7 @@ class NetworkDebugger:
         """Call `fn(record)` with every new record (sinks, alerts, plots hang here)."""
         if not callable(fn):
             raise TypeError(f"callback must be callable, got {type(fn).__name__}")
+        self._write_deferred()          # records from before it was added are not its
         self._callbacks.append(fn)
 
     # -- losses -------------------------------------------------------------------------------
@@ -757,6 +795,11 @@ class NetworkDebugger:
     @property
     def loss_history(self) -> list[float]:
         """Recorded losses as floats (pending tensors are copied to the host in one transfer)."""
+        self._resolve_losses()
+        return [float(v) for v in self.loss_history_raw]
+
+    def _resolve_losses(self) -> None:
+        """Copy the losses still on the device to the host, in one transfer."""
         if self._loss_pending:
             ts = [self.loss_history_raw[i] for i in self._loss_pending]
             dev = ts[0].device  # type: ignore[union-attr]
@@ -764,7 +807,6 @@ class NetworkDebugger:
             for i, v in zip(self._loss_pending, values):
                 self.loss_history_raw[i] = v
             self._loss_pending = []
-        return [float(v) for v in self.loss_history_raw]
 
     # -- the lesson's views -------------------------------------------------------------------
     @property

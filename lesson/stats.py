@@ -178,6 +178,19 @@ def identity_reduce(sums: torch.Tensor, maxes: torch.Tensor) -> tuple[torch.Tens
     return sums, maxes
 
 
+def _host_array(tensors: list[torch.Tensor]) -> np.ndarray:
+    """All of `tensors`, flattened and joined, as one float64 array on the host: one copy."""
+    if not tensors:
+        return np.zeros(0)
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):        # a model split across devices
+        tensors = [t.to(device) for t in tensors]
+    joined = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
+    if joined.dtype not in (torch.float32, torch.float64):   # e.g. a bfloat16 loss
+        joined = joined.float()
+    return joined.cpu().numpy().astype(np.float64)
+
+
 @dataclass
 class StepBuffer:
     """The accumulators of one statistics step, keyed by (what, name), kept on device.
@@ -235,16 +248,8 @@ class StepBuffer:
             return torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in ts]).to(dtype)
 
         averaged_kinds = getattr(reduce, "averaged_kinds", None)
-        if reduce is identity_reduce:             # the one host transfer (float64 on the host)
-            try:
-                joined = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
-            except (RuntimeError, ValueError):   # none, or on several devices
-                joined = flat(tensors)
-            if joined.dtype not in (torch.float32, torch.float64):   # e.g. a bfloat16 loss
-                joined = joined.to(dtype)
-            host = joined.cpu().numpy().astype(np.float64)
-            counts = np.asarray(host_counts, dtype=np.float64)
-            return self._split(host, counts, count_keys)
+        if reduce is identity_reduce:
+            return self.gather_many([self])[0]
         sums = torch.cat([flat(list(self.sums.values())),
                           torch.tensor(host_counts, dtype=dtype).to(device)])
         if averaged_kinds is None:
@@ -267,6 +272,21 @@ class StepBuffer:
         counts = host[n_sums:n_sums + len(host_counts)]
         host = np.concatenate([host[:n_sums], host[n_sums + len(host_counts):]])
         return self._split(host, counts, count_keys)
+
+    @staticmethod
+    def gather_many(buffers: list["StepBuffer"]) -> list[dict[str, dict[Hashable, np.ndarray]]]:
+        """Several buffers of one process to the host in a single transfer (float64 arrays)."""
+        parts = [[t for part in (b.sums, b.maxes, b.values) for t in part.values()]
+                 for b in buffers]
+        tensors = [t for ts in parts for t in ts]
+        host = _host_array(tensors)
+        out, i = [], 0
+        for b, ts in zip(buffers, parts):
+            n = sum(t.numel() for t in ts)
+            counts = np.asarray([c for k in b.counts for c in b.counts[k]], dtype=np.float64)
+            out.append(b._split(host[i:i + n], counts, list(b.counts)))
+            i += n
+        return out
 
     def _split(self, host: np.ndarray, counts: np.ndarray, count_keys: list[Hashable]
                ) -> dict[str, dict[Hashable, np.ndarray]]:

@@ -127,3 +127,35 @@ def test_full_every_one_makes_every_statistics_step_full():
     assert all(r["params"]["0.weight"]["update_ratio"] is not None for r in dbg.history)
     with pytest.raises(ValueError, match="full_every"):
         NetworkDebugger(model, full_every=0)
+
+
+def test_light_records_copied_in_batches_keep_their_own_loss_and_lr():
+    def run(listen: bool) -> tuple[NetworkDebugger, list[dict]]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
+        x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+        dbg = NetworkDebugger(model, opt, every=1, warmup=0, full_every=1000)
+        seen: list[dict] = []
+        if listen:                      # a callback gets every record as it is made
+            dbg.add_callback(seen.append)
+        for step in range(37):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            dbg.record_loss(loss.detach())
+            loss.backward()
+            opt.step()
+            sched.step()
+            if listen:
+                assert seen[-1]["step"] == step
+        return dbg, seen
+
+    quiet, _ = run(listen=False)
+    listened, seen = run(listen=True)
+    assert quiet.history == listened.history == seen
+    assert [r["step"] for r in quiet.history] == list(range(37))
+    losses = quiet.loss_history
+    for r in quiet.history:
+        assert r["loss"] == losses[r["step"]]
+        assert r["lr"] == pytest.approx(0.1 * 0.9 ** r["step"])
