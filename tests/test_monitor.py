@@ -147,6 +147,28 @@ def test_record_format_and_sampling_schedule():
         assert type(value) in (int, float)
 
 
+def test_measuring_hooks_are_attached_on_statistics_steps_only():
+    """Between statistics steps the watched modules and parameters carry no measuring hook,
+    so nn.Module takes its fast path; they come back for the next statistics step."""
+    torch.manual_seed(0)
+    model, x, y = mlp(), torch.randn(32, 10), torch.randint(0, 2, (32,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    attached: list[bool] = []
+    probe = model[1].register_forward_pre_hook(       # what the ReLU carries when it runs
+        lambda m, args: attached.append(bool(m._forward_hooks)))
+    with NetworkDebugger(model, opt, every=5, warmup=2) as dbg:
+        for _ in range(12):
+            step(model, opt, dbg, x, y)
+        assert not model[0].weight._post_accumulate_grad_hooks       # step 12: not measured
+        mid = NetworkDebugger(model, opt)        # its step 0 is measured: hooks attached ...
+        model(x)
+        mid.remove_hooks()                       # ... and removed with the others, mid-step
+    probe.remove()
+    assert attached == [s < 2 or s % 5 == 0 for s in range(12)] + [True]
+    assert [r["step"] for r in dbg.history] == [0, 1, 5, 10]
+    assert not model[1]._forward_hooks and not model[0].weight._post_accumulate_grad_hooks
+
+
 def test_update_ratio_is_measured_exactly():
     torch.manual_seed(0)
     model, x, y = mlp(), torch.randn(32, 10), torch.randint(0, 2, (32,))
