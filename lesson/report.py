@@ -191,11 +191,14 @@ def render_curve(losses: list[float], name: str) -> str:
 
 
 def render_layers(history: list[dict[str, Any]]) -> str:
-    """The first and the latest statistics record, per layer and per parameter."""
+    """The first and the latest full statistics record (see lesson.monitor: light records
+    leave the spread, zero fraction and update ratios out), per layer and per parameter."""
     if not history:
         return "No per-layer statistics were recorded."
-    first, last = history[0], history[-1]
-    lines = [f"Latest record: step {last.get('step')}, loss {_fmt(last.get('loss'))}, "
+    full = [r for r in history if any(s.get("sample_std") is not None
+                                      for s in (r.get("layers") or {}).values())]
+    first, last = history[0], (full or history)[-1]
+    lines = [f"Latest full record: step {last.get('step')}, loss {_fmt(last.get('loss'))}, "
              f"learning rate {_fmt(last.get('lr'))} ({len(history)} records).", ""]
     layers = last.get("layers") or {}
     if layers:

@@ -158,3 +158,13 @@ def test_unknown_case_is_a_clear_error(capsys):
 
 def test_prompt_file_is_where_the_artifacts_are():
     assert (OUTPUTS / PROMPT).is_file()
+
+
+def test_layer_tables_show_the_latest_full_record_not_a_light_one():
+    from lesson.report import render_layers
+    light = {**RECORD, "step": 4, "layers": {"0": {**RECORD["layers"]["0"], "sample_std": None,
+                                                   "zero_fraction": None, "act_min": None}},
+             "params": {"0.weight": {**RECORD["params"]["0.weight"], "update_ratio": None}}}
+    text = render_layers([RECORD, light])
+    assert "Latest full record: step 3" in text and "| 30 |" in text and "| 0.9 |" in text
+    assert "step 4" in render_layers([light])            # only light records: the last one
