@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.monitor import NetworkDebugger
+from lesson.monitor import RECORD_BATCH, NetworkDebugger
 from lesson.stats import (ACT_FULL_SUMS, activation_details, activation_summary,
                           gradient_details, gradient_norm, unit_sums)
 
@@ -159,3 +159,32 @@ def test_light_records_copied_in_batches_keep_their_own_loss_and_lr():
     for r in quiet.history:
         assert r["loss"] == losses[r["step"]]
         assert r["lr"] == pytest.approx(0.1 * 0.9 ** r["step"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA to detect host syncs")
+def test_light_steps_never_sync_with_the_device():
+    """At every=1 the light steps between two record transfers launch work only: any host
+    sync raises in this mode. (Not run on the CPU-only CI.)"""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    x, y = torch.randn(32, 6, device="cuda"), torch.randint(0, 3, (32,), device="cuda")
+    dbg = NetworkDebugger(model, opt, crit, every=1, warmup=0, full_every=1000)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        dbg.record_loss(loss.detach())
+        loss.backward()
+        opt.step()
+
+    step()                                          # step 0 is full: its record syncs once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(RECORD_BATCH - 1):           # light steps, all deferred
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [r["step"] for r in dbg.history] == list(range(RECORD_BATCH))
