@@ -13,7 +13,8 @@ The lesson's API is kept word for word (`activation_stats`, `gradient_stats`, `l
   measure update/weight ratios and catch gradient bookkeeping bugs (missing `zero_grad()`,
   parameters that no optimizer steps);
 * statistics are taken on "statistics steps" only (the first `warmup` steps, then every
-  `every` steps) and copied to the host once per such step, as one flat buffer.
+  `every` steps) and copied to the host as one flat buffer per step (or per 16 steps, see
+  RECORD_BATCH).
 
 Statistics steps come in two weights. Every one takes the light statistics, the ones a rule
 needs to catch an event at the step it happens: per-unit activation sums and sums of squares

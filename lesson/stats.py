@@ -1,11 +1,12 @@
 """The debugger's statistics: computed on the tensor's own device, gathered to the host once.
 
-Every statistic is kept as a *reducible accumulator*: a sum (counts, sums, sums of squares),
-a maximum (largest value, largest |gradient|, per-unit "was ever non-zero" flags) or a plain
-value that is not reduced (recorded losses). Accumulators of one statistics step live in a
-`StepBuffer`; `gather()` packs them into one flat tensor per reduction operation, hands them
-to a reduction function (the identity on one process; an all_reduce per operation across
-processes), and copies the result to the host in a single transfer.
+Every statistic is kept as a *reducible accumulator*: a sum (counts, per-unit sums, sums of
+squares), a maximum (largest value, largest |gradient|) or a plain value that is not reduced
+(recorded losses). Accumulators of one statistics step live in a `StepBuffer`; `gather()`
+packs them into one flat tensor per reduction operation, hands them to a reduction function
+(the identity on one process; an all_reduce per operation across processes), and copies the
+result to the host in a single transfer. `gather_many()` copies several steps' buffers in
+one.
 
 Nothing here keeps a reference to the tensors it measures: each function launches a handful of
 reductions and returns small result tensors.
