@@ -264,16 +264,17 @@ class BatchInspector:
         """Fold the kept label batches into the running evidence: per group of equal-sized
         batches, one stack, one min/max per batch, one histogram update."""
         pending, self._pending = self._pending, []
-        groups: dict[tuple[int, torch.device], list[torch.Tensor]] = {}
-        for labels, _ in pending:
-            groups.setdefault((labels.shape[0], labels.device), []).append(labels.long())
-        flags = [nc for _, nc in pending if nc is not None]
-        for (_, device), batches in groups.items():
+        groups: dict[tuple[int, torch.device], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        for labels, flag in pending:
+            batches, flags = groups.setdefault((labels.shape[0], labels.device), ([], []))
+            batches.append(labels.long())
+            if flag is not None:
+                flags.append(flag)
+        for (_, device), (batches, flags) in groups.items():
             stacked = torch.stack(batches)
             lo, hi = stacked.aminmax(dim=1)
-            not_classes = (torch.stack([f.to(device) for f in flags]).any() if flags
+            not_classes = (torch.stack(flags).any() if flags
                            else torch.zeros((), device=device))
-            flags = []                          # counted once, with the first group
             self._targets.update(device, sums={"single_class": (lo == hi).sum(),
                                                "not_classes": not_classes})
             bins = torch.where((stacked >= 0) & (stacked < MAX_CLASSES), stacked,

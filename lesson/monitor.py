@@ -357,9 +357,12 @@ class NetworkDebugger:
         at all, so nn.Module takes its fast call path, and autograd calls no Python after
         accumulating a gradient."""
         if on and not self._attached and self.hooks:
+            # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
+            by_step = self.reducer is not None and self.optimizer is not None
             self._attached = [m.register_forward_hook(h) if isinstance(m, nn.Module)
                               else m.register_post_accumulate_grad_hook(h)
-                              for m, h in self._step_hooks]
+                              for m, h in self._step_hooks
+                              if isinstance(m, nn.Module) or not by_step]
         elif not on and self._attached:
             for handle in self._attached:
                 handle.remove()
@@ -703,7 +706,8 @@ class NetworkDebugger:
                 if weight_norm > 0:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
             params[name] = entry
-        return {"step": step, "loss": None, "lr": lr, "layers": layers, "params": params}
+        return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
+                "layers": layers, "params": params}
 
     def _layer_record(self, name: str, sumsq: float, host: dict[str, dict[Any, np.ndarray]]
                       ) -> dict[str, Any]:
@@ -813,7 +817,7 @@ class NetworkDebugger:
     @property
     def activation_stats(self) -> dict[str, dict[str, float]]:
         """Latest per-layer activation statistics, with the lesson's keys."""
-        rec = self._latest_with("layers", lambda s: s["sample_std"] is not None)
+        rec = self._latest_with("layers", full=True)
         return {name: {"mean": s["act_mean"], "std": s["act_std"],
                        "fraction_zero": s["zero_fraction"], "min": s["act_min"],
                        "max": s["act_max"], "dead_fraction": s["dead_fraction"],
@@ -846,12 +850,13 @@ class NetworkDebugger:
                              "norm": math.sqrt(a["sumsq"])}
         return result
 
-    def _latest_with(self, part: str, want: Callable[[dict[str, Any]], bool] | None = None
-                     ) -> dict[str, Any] | None:
+    def _latest_with(self, part: str, want: Callable[[dict[str, Any]], bool] | None = None,
+                     full: bool = False) -> dict[str, Any] | None:
         self._flush()
         for rec in reversed(self.history):
             items = rec[part].values()
-            if items and (want is None or any(want(v) for v in items)):
+            if items and (not full or rec["full"]) \
+                    and (want is None or any(want(v) for v in items)):
                 return rec
         return None
 

@@ -195,8 +195,7 @@ def render_layers(history: list[dict[str, Any]]) -> str:
     leave the spread, zero fraction and update ratios out), per layer and per parameter."""
     if not history:
         return "No per-layer statistics were recorded."
-    full = [r for r in history if any(s.get("sample_std") is not None
-                                      for s in (r.get("layers") or {}).values())]
+    full = [r for r in history if r.get("full", True)]
     first, last = history[0], (full or history)[-1]
     lines = [f"Latest full record: step {last.get('step')}, loss {_fmt(last.get('loss'))}, "
              f"learning rate {_fmt(last.get('lr'))} ({len(history)} records).", ""]

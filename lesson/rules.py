@@ -191,10 +191,9 @@ def _total_norm(rec: dict[str, Any], key: str) -> float | None:
 
 
 def _recent_layers(ev: Evidence, th: Thresholds, full: bool = False) -> list[dict[str, Any]]:
-    """The last `recent_records` records with activation statistics (`full`: with the full
-    ones, such as sample_std, which small `every` values take on some steps only)."""
-    recs = [r for r in ev.history if r["layers"] and (
-        not full or any(s["sample_std"] is not None for s in r["layers"].values()))]
+    """The last `recent_records` records with activation statistics (`full`: full records
+    only, the ones with sample_std and the other statistics taken on some steps only)."""
+    recs = [r for r in ev.history if r["layers"] and (not full or r.get("full", True))]
     return recs[-th.recent_records:]
 
 

@@ -128,6 +128,7 @@ def test_record_format_and_sampling_schedule():
     assert seen == dbg.history and dbg.snapshot() is dbg.history[-1]
     full = [r["step"] for r in dbg.history if r["params"]["0.weight"]["update_ratio"] is not None]
     assert full == [0, 1, 2, 10]                  # warm-up, then one statistics step in two
+    assert [r["step"] for r in dbg.history if r["full"]] == full
     light = dbg.history[-1]["layers"]["1"]
     assert light["act_mean"] > 0 and light["dead_fraction"] is not None
     assert light["act_min"] is light["sample_std"] is light["zero_fraction"] is None

@@ -162,7 +162,7 @@ def test_prompt_file_is_where_the_artifacts_are():
 
 def test_layer_tables_show_the_latest_full_record_not_a_light_one():
     from lesson.report import render_layers
-    light = {**RECORD, "step": 4, "layers": {"0": {**RECORD["layers"]["0"], "sample_std": None,
+    light = {**RECORD, "step": 4, "full": False, "layers": {"0": {**RECORD["layers"]["0"], "sample_std": None,
                                                    "zero_fraction": None, "act_min": None}},
              "params": {"0.weight": {**RECORD["params"]["0.weight"], "update_ratio": None}}}
     text = render_layers([RECORD, light])
