@@ -29,8 +29,8 @@ from torch.autograd.gradcheck import GradcheckError
 from torch.func import functional_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lesson.gradcheck import gradient_check_report  # noqa: E402
-from lesson.injected_bugs import BUGS, BuggyLinear  # noqa: E402
+from lesson.checks.gradcheck import gradient_check_report  # noqa: E402
+from lesson.checks.injected_bugs import BUGS, BuggyLinear  # noqa: E402
 
 SEEDS = 10
 CE = nn.CrossEntropyLoss()

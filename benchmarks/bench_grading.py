@@ -17,10 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lesson.learner.catalog import load_exercises  # noqa: E402
-from lesson.learner.classroom import (autograde, copy_course, export_grades,  # noqa: E402
+from lesson.course.learner.catalog import load_exercises  # noqa: E402
+from lesson.course.learner.classroom import (autograde, copy_course, export_grades,  # noqa: E402
                                       generate_release, submit)
-from lesson.learner.runner import run_notebook  # noqa: E402
+from lesson.course.learner.runner import run_notebook  # noqa: E402
 
 
 def execute_solutions() -> float:

@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from lesson.labels import find_label_issues, out_of_sample_probs  # noqa: E402
+from lesson.data.labels import find_label_issues, out_of_sample_probs  # noqa: E402
 
 
 def precision_recall(found: set[int], truth: set[int]) -> tuple[float, float]:

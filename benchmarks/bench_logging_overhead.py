@@ -32,8 +32,8 @@ from torch import nn
 
 from workload import make_batch, make_model
 
-from lesson.monitor import NetworkDebugger
-from lesson.sinks import JSONLSink, read_jsonl
+from lesson.debugger.monitor import NetworkDebugger
+from lesson.production.sinks import JSONLSink, read_jsonl
 
 LOG_EVERY = 100
 

@@ -52,7 +52,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lesson.lr_finder import find_learning_rate  # noqa: E402
+from lesson.checks.lr_finder import find_learning_rate  # noqa: E402
 
 STEPS = 200
 BATCH = 64

@@ -16,7 +16,7 @@ import tracemalloc
 import torch
 from torch import nn
 
-from lesson.monitor import NetworkDebugger
+from lesson.debugger.monitor import NetworkDebugger
 
 
 def live_tensors() -> int:

@@ -32,7 +32,7 @@ from torch import nn
 
 from workload import make_batch, make_model
 
-from lesson.monitor import DEFAULT_EVERY, NetworkDebugger
+from lesson.debugger.monitor import DEFAULT_EVERY, NetworkDebugger
 
 
 class LessonStyleDebugger:

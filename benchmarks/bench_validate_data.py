@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from lesson.data import validate_data  # noqa: E402
+from lesson.data.validate import validate_data  # noqa: E402
 
 N_TRAIN, N_TEST, D = 100_000, 20_000, 784
 EXACT, NEAR, NAN_ROWS = 200, 100, 30

@@ -1,4 +1,4 @@
 """`python -m lesson`: run the lesson's demo of broken networks."""
-from lesson.demo import demo_broken_networks
+from lesson.course.demo import demo_broken_networks
 
 demo_broken_networks()

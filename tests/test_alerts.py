@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lesson.alerts import (DeadUnitsAlert, ExplodingGradientAlert, FindingAlert,
+from lesson.production.alerts import (DeadUnitsAlert, ExplodingGradientAlert, FindingAlert,
                            NonFiniteLossAlert, TrainingAlert, default_alerts)
 from lesson.findings import Finding, Severity
 
@@ -57,7 +57,7 @@ def test_inf_loss_without_bad_layers_names_the_whole_model():
 
 def test_dead_layer_over_80_percent_warns_once(caplog):
     alert = DeadUnitsAlert()  # warn is the default policy
-    with caplog.at_level(logging.WARNING, logger="lesson.alerts"):
+    with caplog.at_level(logging.WARNING, logger="lesson.production.alerts"):
         assert alert(record(0, dead=0.8)) == []  # "more than 80%"
         first = alert(record(10, dead=0.85))
         again = alert(record(20, dead=0.9))
@@ -131,7 +131,7 @@ def test_debugger_raises_at_the_step_the_loss_turns_nan():
     import torch
     from torch import nn
 
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))

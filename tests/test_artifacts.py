@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from lesson import artifacts
-from lesson.decision_tree import TREE, Node, codes_in_tree, leaves
+from lesson.course import artifacts
+from lesson.course.decision_tree import TREE, Node, codes_in_tree, leaves
 from lesson.findings import CODES, Code, Severity
 
 PROMPT = artifacts.OUTPUTS / artifacts.PROMPT
@@ -39,7 +39,7 @@ def section(text: str, name: str) -> str:
 
 
 def test_committed_artifacts_equal_the_generated_text():
-    assert artifacts.stale() == [], "run: python -m lesson.artifacts"
+    assert artifacts.stale() == [], "run: python -m lesson.course.artifacts"
     assert artifacts.main(["--check"]) == 0
 
 

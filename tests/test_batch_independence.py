@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.batch_independence import check_batch_independence
+from lesson.checks.batch_independence import check_batch_independence
 
 
 class TimeMajorHead(nn.Module):

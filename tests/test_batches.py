@@ -8,7 +8,7 @@ import weakref
 import pytest
 import torch
 
-from lesson.batches import MIN_BATCHES_FOR_ORDER, BatchInspector
+from lesson.debugger.batches import MIN_BATCHES_FOR_ORDER, BatchInspector
 
 SEEDS = [0, 1, 2]
 
@@ -278,7 +278,7 @@ def test_no_reference_to_batches_is_kept():
 def train_under_debugger(x, y, *, seed: int, shuffle: bool = True, optimizer: str = "adam",
                          steps: int = 60, batch_size: int = 32):
     """Train a small classifier under the debugger; its codes and the last loss."""
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 32), torch.nn.ReLU(),

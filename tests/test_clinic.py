@@ -7,7 +7,7 @@ import pytest
 
 import broken_models
 from broken_models import CATALOGUE
-from lesson.cli import main
+from lesson.course.cli import main
 
 
 def test_list_shows_every_case_by_family(capsys):

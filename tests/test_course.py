@@ -12,8 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lesson.learner.catalog import load_exercises
-from lesson.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
+from lesson.course.learner.catalog import load_exercises
+from lesson.course.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
                                       export_grades, generate_release, gradebook_scores, submit)
 
 ROOT = Path(__file__).resolve().parents[1]

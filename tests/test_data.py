@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from lesson.data import validate_data
+from lesson.data.validate import validate_data
 
 
 def clean(seed: int, n: int = 600, d: int = 20, classes: int = 4):
@@ -127,7 +127,7 @@ def test_images_in_unit_range_pass_and_a_small_variation_on_a_large_offset_does_
 
 @pytest.mark.parametrize("scale, shift", [(1.0, 0.0), (255.0, 0.0), (1.0, 30.0), (0.3, 0.5)])
 def test_same_verdict_as_the_monitors_batch_check(scale, shift):
-    from lesson.batches import BatchInspector
+    from lesson.debugger.batches import BatchInspector
 
     x = (np.random.default_rng(15).standard_normal((256, 10)) * scale + shift).astype(np.float32)
     inspector = BatchInspector()
@@ -220,7 +220,7 @@ def test_bad_arguments_raise_clear_errors():
 
 def test_one_rule_for_unnormalized_inputs_feature_by_feature():
     # 40 features around the rule's edges: |mean| near 2 and 10, std near 10, mean/std near 3
-    from lesson.batches import BatchInspector, unnormalized_features
+    from lesson.debugger.batches import BatchInspector, unnormalized_features
 
     rng = np.random.default_rng(16)
     means = np.array([0, 1.9, 2.5, 2.5, 5, 5, 9, 11, -11, -2.5] * 4, dtype=np.float64)
@@ -258,7 +258,7 @@ def _catalogue_inputs():
 
 @pytest.mark.parametrize("name", list(_catalogue_inputs()))
 def test_healthy_catalogue_inputs_are_flagged_by_neither_check(name):
-    from lesson.batches import BatchInspector
+    from lesson.debugger.batches import BatchInspector
 
     for seed in range(3):
         x = _catalogue_inputs()[name](seed)

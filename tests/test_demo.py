@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from lesson.cli import main
-from lesson.demo import EXPECTED, demo_broken_networks
+from lesson.course.cli import main
+from lesson.course.demo import EXPECTED, demo_broken_networks
 
 
 def test_demo_diagnoses_each_bug_and_leaves_the_healthy_net_clean():

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.algorithms.join import Join
 
-from lesson.distributed import RankReducer, averaged_mask, is_main_process, world_size
+from lesson.debugger.distributed import RankReducer, averaged_mask, is_main_process, world_size
 
 STAT_KEYS = ("act_mean", "act_std", "act_min", "act_max", "zero_fraction", "dead_fraction",
              "sample_std")
@@ -90,9 +90,9 @@ def ddp_scenario(rank: int, out: Path, mode: str) -> dict:
     """Train a DDP model with the debugger; rank r gets half r of each full batch."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from lesson.alerts import NonFiniteLossAlert, TrainingAlert
-    from lesson.monitor import NetworkDebugger
-    from lesson.sinks import JSONLSink
+    from lesson.production.alerts import NonFiniteLossAlert, TrainingAlert
+    from lesson.debugger.monitor import NetworkDebugger
+    from lesson.production.sinks import JSONLSink
 
     ddp = DDP(make_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -145,7 +145,7 @@ def ranks(tmp_path_factory) -> tuple[dict, dict, Path]:
 
 def train_single(steps: int) -> list[dict]:
     """The reference: one process, the full batch."""
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -212,7 +212,7 @@ def test_ddp_merged_statistics_equal_one_process_on_the_full_batch(ranks):
 
 @pytest.mark.slow
 def test_ddp_nan_on_one_rank_is_reported_and_stops_every_rank(ranks):
-    from lesson.sinks import read_jsonl
+    from lesson.production.sinks import read_jsonl
 
     r0, r1, out = ranks[0]["nan"], ranks[1]["nan"], ranks[2]
     # rank 0's own batch is clean, yet the merged statistics carry rank 1's NaN

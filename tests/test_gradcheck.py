@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.gradcheck import gradient_check, gradient_check_report
-from lesson.injected_bugs import BUGS, BuggyLinear
+from lesson.checks.gradcheck import gradient_check, gradient_check_report
+from lesson.checks.injected_bugs import BUGS, BuggyLinear
 
 CE = nn.CrossEntropyLoss()
 

@@ -9,8 +9,8 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from lesson import labels as labels_module
-from lesson.labels import (check_labels_carry_signal, confident_joint, find_label_issues,
+from lesson.data import labels as labels_module
+from lesson.data.labels import (check_labels_carry_signal, confident_joint, find_label_issues,
                            out_of_sample_probs, per_class_thresholds)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lesson.learner import commands
-from lesson.learner.catalog import find_course_root, find_exercise, load_exercises
-from lesson.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
-from lesson.learner.runner import CheckResult, CellResult, _cell_failed, _failure_message, run_notebook
+from lesson.course.learner import commands
+from lesson.course.learner.catalog import find_course_root, find_exercise, load_exercises
+from lesson.course.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
+from lesson.course.learner.runner import CheckResult, CellResult, _cell_failed, _failure_message, run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = load_exercises()

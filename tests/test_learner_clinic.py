@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lesson.learner.clinic import harness_changes, harness_lines, show_case
+from lesson.course.learner.clinic import harness_changes, harness_lines, show_case
 
 CASES = ["missing_zero_grad", "dead_relu", "log_of_zero", "softmax_overflow",
          "test_rows_in_train", "labels_shuffled", "double_softmax", "nll_on_logits"]
@@ -79,7 +79,7 @@ def test_clinic_solutions_keep_the_current_harness_of_their_cases():
     import nbformat
 
     from broken_models import CATALOGUE
-    from lesson.learner.catalog import load_exercises
+    from lesson.course.learner.catalog import load_exercises
 
     root = Path(__file__).resolve().parents[1]
     clinics = [e for e in load_exercises() if e.name.startswith("clinic")]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lesson.loss_inputs import (BINARY_LOGITS, CLASS_LOG_PROBS, CLASS_LOGITS, REGRESSION,
+from lesson.debugger.loss_inputs import (BINARY_LOGITS, CLASS_LOG_PROBS, CLASS_LOGITS, REGRESSION,
                                 UNKNOWN, LossInputInspector, criterion_kind)
 
 SEEDS = [0, 1, 2]
@@ -405,7 +405,7 @@ def test_reset_forgets():
 def train_under_debugger(head: nn.Module, criterion, x, y, *, seed: int, out_features: int,
                          optimizer: str = "adam", steps: int = 60):
     """Train a small MLP ending in `head` under the debugger; its codes and the last loss."""
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(x.shape[1], 32), nn.ReLU(), nn.Linear(32, out_features),

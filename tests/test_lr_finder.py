@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lesson.lr_finder import LRFinderResult, find_learning_rate, smooth, suggest_lr
+from lesson.checks.lr_finder import LRFinderResult, find_learning_rate, smooth, suggest_lr
 
 CE = nn.CrossEntropyLoss()
 
@@ -167,14 +167,14 @@ def test_csv_and_plot_and_the_exercise_reader(tmp_path):
     result.plot(str(png))
     assert png.stat().st_size > 1000
     out = tmp_path / "from_csv.png"
-    done = subprocess.run([sys.executable, "-m", "lesson.plot_lr_csv", str(path), "-o",
+    done = subprocess.run([sys.executable, "-m", "lesson.checks.plot_lr_csv", str(path), "-o",
                            str(out)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 1000 and done.stderr == ""
 
 
 def test_reader_rejects_a_csv_without_lr_column(tmp_path):
-    from lesson.plot_lr_csv import read_lr_csv
+    from lesson.checks.plot_lr_csv import read_lr_csv
 
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")

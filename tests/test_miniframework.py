@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from lesson.gradcheck import numerical_gradient_check
-from lesson.miniframework import (SGD, Linear, ReLU, Sequential, SoftmaxCrossEntropy,
+from lesson.checks.gradcheck import numerical_gradient_check
+from lesson.checks.miniframework import (SGD, Linear, ReLU, Sequential, SoftmaxCrossEntropy,
                                   gradient_check)
 
 

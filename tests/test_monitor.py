@@ -13,7 +13,7 @@ from torch import nn
 
 import lesson
 from lesson.findings import Finding
-from lesson.monitor import NetworkDebugger
+from lesson.debugger.monitor import NetworkDebugger
 
 
 def mlp() -> nn.Sequential:

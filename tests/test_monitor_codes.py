@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lesson.monitor import NetworkDebugger
+from lesson.debugger.monitor import NetworkDebugger
 
 
 def data(n: int = 256, d: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,7 +282,7 @@ def test_exploding_gradient_suggests_a_clip_value():
 
 
 def test_exploding_gradient_growing_suggests_clip_from_healthy_steps():
-    from lesson import rules
+    from lesson.debugger import rules
     history = [{"step": s, "layers": {}, "lr": 0.1, "loss": 1.0,
                 "params": {"w": {"grad_norm": g, "weight_norm": 10.0, "update_ratio": 1e-3,
                                  "ndim": 2, "nonfinite_grad": 0}}}
@@ -340,7 +340,7 @@ def test_overfitting_validation_rises_while_training_falls():
     assert "OVERFITTING" in codes(dbg)
 
 
-# -- loss inputs and batches (inspectors of lesson.loss_inputs / lesson.batches) ---------------------
+# -- loss inputs and batches (inspectors of lesson.debugger.loss_inputs / lesson.debugger.batches) ---------------------
 def test_double_softmax():
     torch.manual_seed(0)
     x, y = data()

@@ -9,7 +9,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from lesson.monitor import NetworkDebugger
+from lesson.debugger.monitor import NetworkDebugger
 
 _digits = load_digits()
 X = torch.tensor(_digits.data, dtype=torch.float32)
@@ -107,7 +107,7 @@ def test_healthy_seeds_never_dead_neurons(seed):
 
 
 def test_flat_converged_loss_is_not_oscillating():
-    from lesson.rules import loss_verdict
+    from lesson.debugger.rules import loss_verdict
     converged = [2.3 * 0.5 ** i for i in range(20)] + [1e-6 + 1e-9 * (-1) ** i for i in range(30)]
     assert loss_verdict(converged) == "HEALTHY"
     plateau = [0.5] * 5 + [0.4 + 1e-7 * (-1) ** i for i in range(30)]

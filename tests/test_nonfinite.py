@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lesson.nonfinite import locate_nonfinite
+from lesson.data.nonfinite import locate_nonfinite
 
 
 class NaiveSoftmax(nn.Module):

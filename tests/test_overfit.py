@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.overfit import OverfitResult, overfit_one_batch
+from lesson.checks.overfit import OverfitResult, overfit_one_batch
 
 CE = nn.CrossEntropyLoss()
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import lesson
-from lesson.cli import COMMANDS, main
+from lesson.course.cli import COMMANDS, main
 
 
 def test_every_public_name_resolves():
@@ -28,7 +28,7 @@ def test_every_command_module_defines_add_arguments_and_run(command):
 
 
 def test_help_lists_every_command_without_loading_torch():
-    code = ("import sys; from lesson.cli import main; main(['--help']); "
+    code = ("import sys; from lesson.course.cli import main; main(['--help']); "
             "assert 'torch' not in sys.modules, 'nndebug --help imported torch'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     for command in COMMANDS:

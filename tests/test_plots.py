@@ -10,8 +10,8 @@ from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
 from lesson.findings import Finding
-from lesson.plots import plot_activations, plot_gradient_flow, plot_loss
-from lesson.sinks import summarize
+from lesson.production.plots import plot_activations, plot_gradient_flow, plot_loss
+from lesson.production.sinks import summarize
 
 
 def layer(kind: str, mean: float, dead: float | None, nonfinite: int = 0) -> dict:
@@ -145,7 +145,7 @@ def test_plots_of_a_real_debugger(tmp_path):
     import torch
     from torch import nn
 
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 2))

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from lesson import cli
-from lesson.preflight import CHECKS, as_tensors, model_summary, preflight
+from lesson.course import cli
+from lesson.course.preflight import CHECKS, as_tensors, model_summary, preflight
 
 FAST = {"overfit_steps": 150, "train_steps": 40}
 
@@ -219,7 +219,7 @@ def test_command_line_runs_a_users_factory(tmp_path, capsys):
 
 # -- the catalogue -------------------------------------------------------------------------------
 #: the check at which preflight stops each broken case whose bug lives in the model, the loss,
-#: the data or the optimizer's settings (python -m lesson.preflight_catalogue prints the table)
+#: the data or the optimizer's settings (python -m lesson.course.preflight_catalogue prints the table)
 STOPS = {
     "lr_too_high": "training", "lr_too_low": "training", "dead_relu": "overfit",
     "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "overfit",
@@ -263,7 +263,7 @@ def test_every_catalogue_case_has_a_declared_preflight_outcome():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_preflight_stops_at_the_first_failing_check_of_a_broken_case(name):
-    from lesson.preflight_catalogue import preflight_case
+    from lesson.course.preflight_catalogue import preflight_case
 
     report = preflight_case(name, seed=0, **OPTIONS.get(name, {}))
     assert report is not None and report.failed is not None, f"{name}: preflight passed"
@@ -280,7 +280,7 @@ def test_preflight_stops_at_the_first_failing_check_of_a_broken_case(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OUT_OF_REACH))
 def test_loop_bugs_are_out_of_preflights_reach(name):
-    from lesson.preflight_catalogue import preflight_case
+    from lesson.course.preflight_catalogue import preflight_case
 
     assert preflight_case(name, seed=0).passed
 
@@ -288,7 +288,7 @@ def test_loop_bugs_are_out_of_preflights_reach(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOT_CAPTURED))
 def test_cases_without_a_torch_model_are_not_captured(name):
-    from lesson.preflight_catalogue import inputs_from_case
+    from lesson.course.preflight_catalogue import inputs_from_case
 
     assert inputs_from_case(name) is None
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from lesson import cli
-from lesson.artifacts import OUTPUTS, PROMPT
+from lesson.course import cli
+from lesson.course.artifacts import OUTPUTS, PROMPT
 from lesson.findings import Finding
-from lesson.report import (load_report, make_report, prompt_text, render_prompt, render_report,
+from lesson.course.report import (load_report, make_report, prompt_text, render_prompt, render_report,
                            report_from_debugger, save_report, validate_report)
 
 RECORD = {
@@ -161,7 +161,7 @@ def test_prompt_file_is_where_the_artifacts_are():
 
 
 def test_layer_tables_show_the_latest_full_record_not_a_light_one():
-    from lesson.report import render_layers
+    from lesson.course.report import render_layers
     light = {**RECORD, "step": 4, "full": False, "layers": {"0": {**RECORD["layers"]["0"], "sample_std": None,
                                                    "zero_fraction": None, "act_min": None}},
              "params": {"0.weight": {**RECORD["params"]["0.weight"], "update_ratio": None}}}

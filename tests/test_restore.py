@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.gradcheck import gradient_check, gradient_check_report
-from lesson.lr_finder import find_learning_rate
-from lesson.overfit import overfit_one_batch
+from lesson.checks.gradcheck import gradient_check, gradient_check_report
+from lesson.checks.lr_finder import find_learning_rate
+from lesson.checks.overfit import overfit_one_batch
 
 CE = nn.CrossEntropyLoss()
 

@@ -1,11 +1,11 @@
-"""lesson.rules on hand-written evidence: each threshold's edge, and no alarm on healthy shapes."""
+"""lesson.debugger.rules on hand-written evidence: each threshold's edge, and no alarm on healthy shapes."""
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from lesson import rules
-from lesson.rules import Evidence, Thresholds, loss_verdict
+from lesson.debugger import rules
+from lesson.debugger.rules import Evidence, Thresholds, loss_verdict
 
 
 def test_every_threshold_is_documented():

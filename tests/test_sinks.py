@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.sinks import (BINS, JSONLSink, SinkLogger, TensorBoardSink, WandbSink,
+from lesson.production.sinks import (BINS, JSONLSink, SinkLogger, TensorBoardSink, WandbSink,
                           flatten_record, model_tensors, read_jsonl, summarize)
 
 
@@ -233,7 +233,7 @@ def test_sinks_that_never_write_leave_nothing_behind(tmp_path: Path):
 # -- wired into the debugger: NetworkDebugger(..., log_every=N, sinks=[...]) -------------------
 
 def train_with_debugger(sinks, steps: int, log_every: int, every: int = 20):
-    from lesson.monitor import NetworkDebugger
+    from lesson.debugger.monitor import NetworkDebugger
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 3))

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from lesson.monitor import RECORD_BATCH, NetworkDebugger
-from lesson.stats import (ACT_FULL_SUMS, activation_details, activation_summary,
+from lesson.debugger.engine import RECORD_BATCH
+from lesson.debugger.monitor import NetworkDebugger
+from lesson.debugger.stats import (ACT_FULL_SUMS, activation_details, activation_summary,
                           gradient_details, gradient_norm, unit_sums)
 
 

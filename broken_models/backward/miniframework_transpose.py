@@ -35,7 +35,7 @@ def target_reached(m: dict) -> bool:
 
 
 def train_broken(seed: int) -> Outcome:
-    from lesson.miniframework import SGD, Linear, Sequential, SoftmaxCrossEntropy, ReLU, gradient_check
+    from lesson.checks.miniframework import SGD, Linear, Sequential, SoftmaxCrossEntropy, ReLU, gradient_check
 
     data = digits(seed)
     x, y = data.x_train.double().numpy(), data.y_train.numpy()
@@ -57,7 +57,7 @@ def train_broken(seed: int) -> Outcome:
 
 
 def train_fixed(seed: int) -> Outcome:
-    from lesson.miniframework import SGD, Linear, Sequential, SoftmaxCrossEntropy, ReLU, gradient_check
+    from lesson.checks.miniframework import SGD, Linear, Sequential, SoftmaxCrossEntropy, ReLU, gradient_check
 
     data = digits(seed)
     x, y = data.x_train.double().numpy(), data.y_train.numpy()

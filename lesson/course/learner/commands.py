@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lesson.learner.catalog import Exercise, find_course_root, find_exercise, load_exercises
-from lesson.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
-from lesson.learner.runner import CheckResult, run_notebook
+from lesson.course.learner.catalog import Exercise, find_course_root, find_exercise, load_exercises
+from lesson.course.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
+from lesson.course.learner.runner import CheckResult, run_notebook
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"nndebug {args.command}: {exc}")
         return 2
-    raise ValueError(f"lesson.learner.commands does not serve {args.command!r}")
+    raise ValueError(f"lesson.course.learner.commands does not serve {args.command!r}")
 
 
 # -- the pieces ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The clinic's report: pictures of each case's run and one HTML page that holds them all.
 
-Per case: the loss curve and gradient flow per layer (log scale), drawn by `lesson.plots` from
+Per case: the loss curve and gradient flow per layer (log scale), drawn by `lesson.production.plots` from
 what the NetworkDebugger recorded, the dead fraction of each ReLU layer, plus the active
 tool's own picture where there is one (the learning-rate sweep, the gradient-check table).
 `index.html` inlines every PNG (base64), so the folder can be zipped, mailed or opened offline.
@@ -61,7 +61,7 @@ def draw_case(run: Run, folder: Path) -> list[tuple[str, str]]:
     pictures: list[tuple[str, str]] = []
     debugger = run.debugger
     if debugger is not None:
-        from lesson.plots import plot_gradient_flow, plot_loss
+        from lesson.production.plots import plot_gradient_flow, plot_loss
 
         pictures.append(("Loss (findings marked)", _save(plot_loss(debugger), folder / "loss.png")))
         pictures.append(("Gradient flow per layer (log scale)",

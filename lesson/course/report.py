@@ -10,7 +10,7 @@ version 1):
       "findings": [Finding.to_dict(), ...],
       "loss_history": [float, ...],       # training loss per recorded step
       "val_loss_history": [float, ...],   # validation loss per evaluation
-      "history": [record, ...],           # NetworkDebugger.history (see lesson.monitor)
+      "history": [record, ...],           # NetworkDebugger.history (see lesson.debugger.monitor)
       "metrics": {name: number | list},   # whatever the run measured
       "code": str | None,                 # the training code
     }
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lesson.artifacts import OUTPUTS, PROMPT
+from lesson.course.artifacts import OUTPUTS, PROMPT
 from lesson.findings import Finding, sort_findings
 
 FORMAT = "nndebug-report"
@@ -191,7 +191,7 @@ def render_curve(losses: list[float], name: str) -> str:
 
 
 def render_layers(history: list[dict[str, Any]]) -> str:
-    """The first and the latest full statistics record (see lesson.monitor: light records
+    """The first and the latest full statistics record (see lesson.debugger.monitor: light records
     leave the spread, zero fraction and update ratios out), per layer and per parameter."""
     if not history:
         return "No per-layer statistics were recorded."

@@ -14,6 +14,21 @@ from typing import Any, Callable
 from lesson.findings import Finding
 
 
+@dataclass
+class ModeEvidence:
+    """Passes run in the wrong train/eval mode: how many, where, when first."""
+
+    count: int = 0
+    modules: list[str] = field(default_factory=list)
+    first_step: int | None = None
+
+    def add(self, names: list[str], step: int) -> None:
+        self.count += 1
+        if self.first_step is None:
+            self.first_step = step
+            self.modules = names
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Every number the rules compare against, with the reason it has that value."""

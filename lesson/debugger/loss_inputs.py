@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lesson.findings import Finding
-from lesson.running import RunningStats, to_host
+from lesson.debugger.running import RunningStats, to_host
 
 # -- criterion kinds ---------------------------------------------------------------------------
 CLASS_LOGITS = "class_logits"          #: CrossEntropyLoss: expects raw logits (N, C, ...)

@@ -7,9 +7,9 @@ except for sections between markers like these:
     ...
     <!-- END GENERATED codes -->
 
-Those sections are rendered here from `lesson.findings.CODES` and `lesson.decision_tree.TREE`,
-the one source of truth. After changing either, run `python -m lesson.artifacts`;
-`python -m lesson.artifacts --check` exits 1 when a committed file is stale (a test runs it).
+Those sections are rendered here from `lesson.findings.CODES` and `lesson.course.decision_tree.TREE`,
+the one source of truth. After changing either, run `python -m lesson.course.artifacts`;
+`python -m lesson.course.artifacts --check` exits 1 when a committed file is stale (a test runs it).
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from lesson.decision_tree import TREE, Node
+from lesson.course.decision_tree import TREE, Node
 from lesson.findings import AREAS, CODES, TOOLS
 
 #: The repository's outputs/ folder, where the two artifacts live.
-OUTPUTS = Path(__file__).resolve().parent.parent / "outputs"
+OUTPUTS = Path(__file__).resolve().parents[2] / "outputs"
 PROMPT = "prompt-nn-debugger.md"
 SKILL = "skill-debug-checklist.md"
 
@@ -132,14 +132,14 @@ def write(folder: Path = OUTPUTS) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lesson.artifacts", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lesson.course.artifacts", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     parser.add_argument("--dir", type=Path, default=OUTPUTS, help="folder holding the artifacts")
     args = parser.parse_args(argv)
     if args.check:
         old = stale(args.dir)
         for path in old:
-            print(f"stale: {path} (run python -m lesson.artifacts)", file=sys.stderr)
+            print(f"stale: {path} (run python -m lesson.course.artifacts)", file=sys.stderr)
         return 1 if old else 0
     for path in write(args.dir):
         print(f"updated {path}")

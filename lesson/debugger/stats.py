@@ -230,7 +230,7 @@ class StepBuffer:
         """Reduce and copy everything to the host in one transfer; returns float64 arrays.
 
         One process: one concatenation and one copy, and the host-known counts never visit
-        the device. A cross-rank reducer (`lesson.distributed.RankReducer`) gets the sums
+        the device. A cross-rank reducer (`lesson.debugger.distributed.RankReducer`) gets the sums
         with the counts appended (SUM all-reduce) and the maxima (MAX all-reduce); it names
         the accumulator kinds it averages instead of summing, and then also averages the
         values (the recorded losses)."""
@@ -304,3 +304,38 @@ class StepBuffer:
             out["counts"][key] = counts[i:i + len(self.counts[key])]
             i += len(self.counts[key])
         return out
+
+
+def graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
+    """Leaf tensors that receive gradients from `out` (AccumulateGrad nodes of its graph)."""
+    leaves, seen, stack = [], set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            leaves.append(var)
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return leaves
+
+
+@torch.no_grad()
+def symmetric_layers(model: nn.Module) -> dict[str, dict[str, float]]:
+    """Linear/Conv layers whose rows (output units) are all identical: spread of rows / scale."""
+    out = {}
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if not isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) or w is None \
+                or w.shape[0] < 2 or w.is_meta:
+            continue
+        rows = w.detach().float().reshape(w.shape[0], -1)
+        spread = (rows - rows[:1]).abs().amax()
+        scale = rows.abs().amax()
+        out[name or type(m).__name__] = (spread, scale, w.shape[0])
+    if not out:
+        return {}
+    values = torch.stack([torch.stack([s, c]) for s, c, _ in out.values()]).tolist()
+    return {name: {"row_spread": v[0], "weight_scale": v[1], "units": units}
+            for (name, (_, _, units)), v in zip(out.items(), values)}

@@ -13,8 +13,7 @@ The lesson's API is kept word for word (`activation_stats`, `gradient_stats`, `l
   measure update/weight ratios and catch gradient bookkeeping bugs (missing `zero_grad()`,
   parameters that no optimizer steps);
 * statistics are taken on "statistics steps" only (the first `warmup` steps, then every
-  `every` steps) and copied to the host as one flat buffer per step (or per 16 steps, see
-  RECORD_BATCH).
+  `every` steps) and copied to the host as one flat buffer per step.
 
 Statistics steps come in two weights. Every one takes the light statistics, the ones a rule
 needs to catch an event at the step it happens: per-unit activation sums and sums of squares
@@ -25,42 +24,35 @@ activation min/max, zero fraction and across-batch spread, the gradients' mean a
 norms (a light record repeats the last one measured) and update/weight ratios (a copy of every
 parameter), and the loss-input and batch inspections.
 
-`diagnose()` turns the gathered evidence into `Finding`s (see `lesson.rules`). A record of
+`diagnose()` turns the gathered evidence into `Finding`s (see `lesson.debugger.rules`). A record of
 every statistics step is kept in `history`; `add_callback(fn)` hands each new record to sinks
 and alerts as it is made.
+
+This file says what is measured, when, and how it is judged. What keeps it cheap (hooks that
+are attached only for statistics steps, one buffer per step copied in batches, kept parameter
+copies, the record history) is the base class in `lesson.debugger.engine`.
 """
 from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
-from torch.optim.optimizer import (register_optimizer_step_post_hook,
-                                   register_optimizer_step_pre_hook)
 from torch.utils.hooks import RemovableHandle
 
-from lesson import rules
-from lesson.distributed import RankReducer, unwrap, world_size
+from lesson.debugger import rules
+from lesson.debugger.batches import BatchInspector
+from lesson.debugger.distributed import unwrap
+from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
+from lesson.debugger.loss_inputs import LossInputInspector
+from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
+                                   element_sums, first_tensor, gradient_details, gradient_norm,
+                                   graph_leaves, symmetric_layers)
 from lesson.findings import Finding, sort_findings
+from lesson.production.sinks import sample_values
 from lesson.restore import require_module
-from lesson.sinks import SinkLogger, model_tensors, sample_values
-from lesson.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
-                          RELU_FAMILY, StepBuffer, activation_details, activation_summary,
-                          element_sums, first_tensor, gradient_details, gradient_norm,
-                          identity_reduce, pooled_sample_std, squared_norms)
-
-try:  # written in parallel by the "inputs" helper; the monitor works without them
-    from lesson.loss_inputs import LossInputInspector
-except ImportError:  # pragma: no cover
-    LossInputInspector = None  # type: ignore[assignment,misc]
-try:
-    from lesson.batches import BatchInspector
-except ImportError:  # pragma: no cover
-    BatchInspector = None  # type: ignore[assignment,misc]
 
 DEFAULT_EVERY = 50
 """Statistics every 50 steps after the warm-up (see benchmarks/bench_monitor_overhead.py for
@@ -73,14 +65,6 @@ statistics step is a full one; at the default every=50, one in two; at every=1, 
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
-RECORD_BATCH = 16
-"""Light records that nothing listens to as they are made (no sink, alert or callback) are
-copied to the host 16 at a time: one transfer, and on an accelerator one sync, per 16
-statistics steps instead of one per step, which is most of what every=1 would cost otherwise.
-Reading any result (history, snapshot, diagnose, the lesson's views) copies what is pending."""
-DEFAULT_MAX_HISTORY = 2000
-"""Records kept; beyond that every other one is dropped (first and last kept), so a long run
-keeps its whole shape in bounded memory."""
 
 
 def _activation_classes() -> tuple[type[nn.Module], ...]:
@@ -111,45 +95,7 @@ MODE_DEPENDENT: tuple[type[nn.Module], ...] = (
     nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 
 
-def _lr_of(optimizer: torch.optim.Optimizer) -> float | None:
-    if not optimizer.param_groups:
-        return None
-    lr = optimizer.param_groups[0].get("lr")
-    return float(lr) if lr is not None else None
-
-
-@dataclass
-class _ModeEvidence:
-    """Passes run in the wrong train/eval mode: how many, where, when first."""
-
-    count: int = 0
-    modules: list[str] = field(default_factory=list)
-    first_step: int | None = None
-
-    def add(self, names: list[str], step: int) -> None:
-        self.count += 1
-        if self.first_step is None:
-            self.first_step = step
-            self.modules = names
-
-
-class _WatchedLoss:
-    """A plain loss function wrapped so the debugger sees what goes into it."""
-
-    def __init__(self, fn: Callable[..., Any], debugger: "NetworkDebugger") -> None:
-        self.fn = fn
-        self._debugger = weakref.ref(debugger)
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-        self.__wrapped__ = fn
-
-    def __call__(self, output: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        debugger = self._debugger()
-        if debugger is not None:
-            debugger._observe_loss_inputs(output, target, self.fn)
-        return self.fn(output, target, *args, **kwargs)
-
-
-class NetworkDebugger:
+class NetworkDebugger(Engine):
     """Hooks into a model to record activation, gradient and update statistics per layer."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
@@ -177,55 +123,39 @@ class NetworkDebugger:
         self.model = model
         self.log_every = log_every
         self.optimizer = optimizer
-        self.every, self.warmup, self.max_history = every, warmup, max_history
+        self.every, self.warmup = every, warmup
         self.full_every = full_every
         self.thresholds = thresholds or rules.Thresholds()
         # the lesson's attributes
         self.loss_history_raw: list[float | torch.Tensor] = []
         self.lr_losses: list[tuple[float, float]] = []
         self.hooks: list[RemovableHandle] = []
-        # new public state
-        self._history: list[dict[str, Any]] = []
-        #: light records not yet copied to the host: (step, buffer, loss index, lr)
-        self._deferred: list[tuple[int, StepBuffer, int | None, float | None]] = []
         self.val_loss_history: list[float] = []
-        self.errors: list[str] = []
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
-        self._callbacks: list[Callable[[dict[str, Any]], None]] = []
-        self._reduce = identity_reduce
-        # step bookkeeping
+        self._init_engine(max_history)
+        # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
         self._step = 0                         # the step whose passes are running now
-        self._closed_step = -1                 # last step whose record is written
-        self._buf = StepBuffer()
-        self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
-        self._loss_mark = 0                    # len(loss_history_raw) at the last record
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
         self._backward_since_forward = False
         self._backwards = 0
         self._forwards = 0
+        # train/eval mode: passes with gradients in eval mode, evaluation passes in train mode
         self._pass_counted = True
         self._pass_eval_modules: list[str] = []
         self._nobackward_streak = 0
         self._last_pass_train_modules: list[str] = []
         self._last_pass_grad = False
-        self.eval_mode_training = _ModeEvidence()
-        self.train_mode_eval = _ModeEvidence()
+        self.eval_mode_training = rules.ModeEvidence()
+        self.train_mode_eval = rules.ModeEvidence()
+        # tensors that get gradients no optimizer applies
         self._graph_checked = False
         self._foreign: list[tuple[weakref.ref, tuple[int, ...]]] = []
         self._foreign_unstepped: dict[str, int] = {}
         self._unstepped: dict[str, int] = {}
         self._not_held: dict[str, int] = {}
-        self._explicit_optimizer = optimizer is not None
-        self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
-        self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
-        self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         # what to watch
         self._layer_kinds: dict[str, str] = {}
-        #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
-        self._step_hooks: list[tuple[Any, Callable[..., None]]] = []
-        self._attached: list[RemovableHandle] = []
         self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
         self._params: list[tuple[str, nn.Parameter]] = [
@@ -241,39 +171,15 @@ class NetworkDebugger:
         self._last_bw_gen = [-1] * len(self._params)
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
-        self.loss_inspector = LossInputInspector() if LossInputInspector is not None else None
-        self.batch_inspector = BatchInspector() if BatchInspector is not None else None
+        self.loss_inspector = LossInputInspector()
+        self.batch_inspector = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
         self._register_hooks()
         if criterion is not None:
             self._watch_criterion(criterion)
         self._setup_production(sinks, alerts, activation_sample, distributed)
 
-    # -- production: sinks, alerts, several processes (lesson.sinks/alerts/distributed) -------
-    def _setup_production(self, sinks: Sequence[Any], alerts: Sequence[Any],
-                          activation_sample: int, distributed: bool | None) -> None:
-        if distributed is None:
-            distributed = world_size() > 1
-        #: merges the statistics of every rank; pass it to torch.distributed's Join with the
-        #: DDP model when ranks may run out of data at different steps
-        self.reducer = RankReducer(is_stats_step=self._scheduled) if distributed else None
-        if self.reducer is not None:
-            self._reduce = self.reducer
-        self.is_main = self.reducer is None or self.reducer.rank == 0
-        self.activation_sample = activation_sample
-        self._samples: dict[str, torch.Tensor] = {}
-        self._logger = SinkLogger(sinks, self.log_every or self.every,
-                                  tensors=lambda: model_tensors(self.model, self._samples)
-                                  ) if sinks else None
-        if self._logger is not None and self.is_main:      # sinks write on rank 0 only
-            self.add_callback(self._logger)
-        self.alerts = list(alerts)
-        for alert in self.alerts:
-            alert.bind(self)
-            # every rank sees the same merged record: all of them raise at the same step
-            if self.is_main or alert.policy == "raise":
-                self.add_callback(alert)
-
+    # -- when: the schedule of statistics steps --------------------------------------------
     def _scheduled(self, step: int) -> bool:
         """Is `step` a statistics step: warm-up, every `every`-th, every `log_every`-th."""
         return (step < self.warmup or step % self.every == 0
@@ -287,17 +193,13 @@ class NetworkDebugger:
         spacing = -(-self.full_every // self.every)
         return step % self.every == 0 and (step // self.every) % spacing == 0
 
-    def _keeps_samples(self) -> bool:
-        return (self._logger is not None and self.is_main and self._logger.wants_histograms
-                and self._logger.is_log_step(self._step))
-
     def close(self) -> None:
         """Remove the hooks and close the sinks (flushing what they hold)."""
         self.remove_hooks()
         if self._logger is not None and self.is_main:
             self._logger.close()
 
-    # -- hooks --------------------------------------------------------------------------------
+    # -- hooks: what is measured at each one --------------------------------------------------
     def _register_hooks(self) -> None:
         model = self.model
         self.hooks.append(model.register_forward_pre_hook(self._on_root_forward,
@@ -317,28 +219,8 @@ class NetworkDebugger:
         if self.optimizer is not None:
             self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
-        # every optimizer that steps our parameters is seen (the one to adopt when none was
-        # passed; the others, e.g. a GAN's second optimizer, so their tensors count as stepped)
-        me = weakref.ref(self)     # a global hook must not keep a forgotten debugger alive
+        self._watch_optimizers()
 
-        def pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            if (debugger := me()) is not None:
-                debugger._on_any_step_pre(opt, args, kwargs)
-
-        def post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            if (debugger := me()) is not None:
-                debugger._on_any_step_post(opt, args, kwargs)
-        self.hooks.append(register_optimizer_step_pre_hook(pre))
-        self.hooks.append(register_optimizer_step_post_hook(post))
-
-    def _watch_criterion(self, criterion: Callable[..., Any]) -> None:
-        if isinstance(criterion, nn.Module):
-            def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
-                if len(args) >= 2:
-                    self._observe_loss_inputs(args[0], args[1], module)
-            self.hooks.append(criterion.register_forward_pre_hook(pre))
-        else:
-            self.criterion = _WatchedLoss(criterion, self)
 
     def _is_stats_step(self) -> bool:
         s = self._step
@@ -346,27 +228,6 @@ class NetworkDebugger:
 
     def _collecting(self) -> bool:
         return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
-
-    def _error(self, where: str, exc: Exception) -> None:
-        if len(self.errors) < 20:
-            self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
-
-    def _attach_step_hooks(self, on: bool) -> None:
-        """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
-        step, detach them after it: between statistics steps the watched modules have no hook
-        at all, so nn.Module takes its fast call path, and autograd calls no Python after
-        accumulating a gradient."""
-        if on and not self._attached and self.hooks:
-            # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
-            by_step = self.reducer is not None and self.optimizer is not None
-            self._attached = [m.register_forward_hook(h) if isinstance(m, nn.Module)
-                              else m.register_post_accumulate_grad_hook(h)
-                              for m, h in self._step_hooks
-                              if isinstance(m, nn.Module) or not by_step]
-        elif not on and self._attached:
-            for handle in self._attached:
-                handle.remove()
-            self._attached = []
 
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
 
@@ -492,7 +353,7 @@ class NetworkDebugger:
         known = {id(p) for _, p in self.model.named_parameters()}
         inputs = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
         known |= {id(t) for t in inputs}
-        for leaf in _graph_leaves(out):
+        for leaf in graph_leaves(out):
             if id(leaf) not in known and leaf.requires_grad:
                 self._foreign.append((weakref.ref(leaf), tuple(leaf.shape)))
 
@@ -509,25 +370,6 @@ class NetworkDebugger:
             self._error("loss inspector", exc)
 
     # -- optimizer steps ----------------------------------------------------------------------
-    def _holds(self, optimizer: torch.optim.Optimizer) -> set[int]:
-        return {id(p) for g in optimizer.param_groups for p in g["params"]}
-
-    def _on_any_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer is self.optimizer and self._explicit_optimizer:
-            return                      # its own hook (registered on it) does the work
-        if optimizer not in self._seen_optimizers:
-            mine = {id(p) for _, p in self._params}
-            if not mine & self._holds(optimizer):
-                return
-            self._seen_optimizers.add(optimizer)
-            if self.optimizer is None:
-                self.optimizer = optimizer
-        if optimizer is self.optimizer and not self._explicit_optimizer:
-            self._on_step_pre(optimizer, args, kwargs)
-
-    def _on_any_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer is self.optimizer and not self._explicit_optimizer:
-            self._on_step_post(optimizer, args, kwargs)
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
@@ -551,49 +393,11 @@ class NetworkDebugger:
                     self._grad_hook(i)(p)
         if not self._full(self._step):
             return
-        try:   # weight norms, and a copy of each tensor for its update/weight ratio
-            names = [n for n, p in self._params if id(p) in held and p.grad is not None]
-            tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
-            for name, sq in zip(names, squared_norms(tensors)):
-                self._buf.set_sum(("weight", name), sq.reshape(1))
-            self._before = (names, tensors, self._copies(names, tensors))
-        except Exception as exc:
-            self._error("optimizer step", exc)
-
-    def _keep_copies(self, tensors: list[torch.Tensor]) -> bool:
-        """Parameter copies are kept between full steps on the CPU, where allocating them
-        afresh costs more page faults than the copy itself (one copy of the parameters, the
-        memory the update ratios need anyway); elsewhere the caching allocator recycles them."""
-        return all(t.device.type == "cpu" for t in tensors)
-
-    def _copies(self, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Copies of `tensors` (the parameters before the step), into kept buffers if any."""
-        if not self._keep_copies(tensors):
-            return [t.clone() for t in tensors]
-        kept = self._update_copies
-        bufs = []
-        for name, t in zip(names, tensors):
-            buf = kept.get(name)
-            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
-                buf = kept[name] = torch.empty_like(t, memory_format=torch.contiguous_format)
-            bufs.append(buf)
-        torch._foreach_copy_(bufs, tensors)
-        return bufs
+        self._measure_weights_before_step(held)
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._before is not None:
-            names, tensors, before = self._before
-            self._before = None
-            try:
-                torch._foreach_sub_(before, tensors)
-                for name, sq in zip(names, squared_norms(before)):
-                    self._buf.set_sum(("update", name), sq.reshape(1))
-                if not self._keep_copies(tensors):
-                    self._update_copies = {}
-            except Exception as exc:
-                self._error("optimizer step", exc)
-            del before
-        lr = _lr_of(optimizer)
+        self._measure_updates()
+        lr = lr_of(optimizer)
         if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
             self._lrs.append((self._step, lr))
         self._opt_steps += 1
@@ -609,163 +413,6 @@ class NetworkDebugger:
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
-
-    # -- records ------------------------------------------------------------------------------
-    def _close(self) -> None:
-        buf, self._buf = self._buf, StepBuffer()
-        step, self._closed_step = self._step, self._step
-        full = self._full(step)
-        if full and self._params and not any(k[0] == "weight" for k in buf.sums):
-            for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
-                buf.set_sum(("weight", name), sq.reshape(1))
-        raw = self.loss_history_raw
-        loss_index = len(raw) - 1 if len(raw) > self._loss_mark else None
-        self._loss_mark = len(raw)
-        if self.reducer is None and not self._callbacks and not full and buf:
-            self._deferred.append((step, buf, loss_index, self._current_lr()))
-            if len(self._deferred) >= RECORD_BATCH:
-                self._write_deferred()
-            return
-        self._write_deferred()
-        pending = self._loss_pending
-        if pending:
-            ts = [raw[i] for i in pending]
-            dev = ts[0].device  # type: ignore[union-attr]
-            buf.set_value(("losses",), torch.stack(  # 0-dim each (see record_loss)
-                [t if t.device == dev else t.to(dev) for t in ts]))  # type: ignore[union-attr]
-        had_data = bool(buf)
-        host = buf.gather(self._reduce, step=step)
-        if not had_data and not host["sums"]:
-            return                               # a rank with nothing, and nothing merged
-        if self.reducer is not None and self.reducer.last_skipped:
-            self._error(f"step {step}", RuntimeError(self.reducer.skipped[-1][1]))
-        if pending:
-            for i, v in zip(pending, host["values"][("losses",)].tolist()):
-                raw[i] = v
-            self._loss_pending = []
-        record = self._decode(step, host, self._current_lr())
-        record["loss"] = float(raw[loss_index]) if loss_index is not None else None
-        self._append(record)
-
-    def _write_deferred(self) -> None:
-        """Copy the deferred light records to the host (one transfer) and write them."""
-        entries, self._deferred = self._deferred, []
-        if not entries:
-            return
-        hosts = StepBuffer.gather_many([buf for _, buf, _, _ in entries])
-        self._resolve_losses()
-        raw = self.loss_history_raw
-        for (step, _, loss_index, lr), host in zip(entries, hosts):
-            record = self._decode(step, host, lr)
-            record["loss"] = float(raw[loss_index]) if loss_index is not None else None
-            self._append(record)
-
-    def _append(self, record: dict[str, Any]) -> None:
-        """Keep `record` (thinning a long history, first and last kept) and hand it on."""
-        history = self._history
-        history.append(record)
-        if len(history) > self.max_history:
-            history[:] = history[:1] + history[2:-1:2] + history[-1:]
-        try:
-            for fn in list(self._callbacks):
-                fn(record)
-        finally:
-            self._samples = {}
-
-    def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]], lr: float | None
-                ) -> dict[str, Any]:
-        sums, maxes, counts = host["sums"], host["maxes"], host["counts"]
-        layers: dict[str, dict[str, Any]] = {}
-        with np.errstate(all="ignore"):         # NaN/Inf are counted, not warned about
-            for key, sq in sums.items():
-                if key[0] == "act":
-                    layers[key[1]] = self._layer_record(key[1], float(sq[0]), host)
-        params: dict[str, dict[str, Any]] = {}
-        for name, keys, static in self._param_keys:
-            g, w, u, st = (sums.get(k) for k in keys)
-            if w is not None:        # measured on full steps; light records repeat the last
-                self._weight_norms[name] = math.sqrt(w[0])
-            weight_norm = self._weight_norms.get(name, math.nan)
-            entry: dict[str, Any] = {
-                "grad_norm": None, "weight_norm": weight_norm, "update_ratio": None,
-                "nonfinite_grad": 0, **static,
-                "stale_grad_norm": math.sqrt(st[0]) if st is not None else None}
-            if g is not None:
-                grad_sq = float(g[0])
-                entry["grad_norm"] = math.sqrt(grad_sq)
-                entry["nonfinite_grad"] = int(not math.isfinite(grad_sq))
-                full = sums.get(("grad_full", name))
-                if full is not None:
-                    numel = static["numel"]
-                    gs = dict(zip(GRAD_FULL_SUMS, full.tolist()))
-                    gm = dict(zip(GRAD_FULL_MAXES, maxes[("grad_full", name)].tolist()))
-                    entry.update(grad_abs_mean=gs["abs_sum"] / numel, grad_mean=gs["sum"] / numel,
-                                 grad_max=gm["abs_max"])
-            if u is not None:
-                entry["update_norm"] = math.sqrt(u[0])
-                if weight_norm > 0:
-                    entry["update_ratio"] = entry["update_norm"] / weight_norm
-            params[name] = entry
-        return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
-                "layers": layers, "params": params}
-
-    def _layer_record(self, name: str, sumsq: float, host: dict[str, dict[Any, np.ndarray]]
-                      ) -> dict[str, Any]:
-        """One layer's activation statistics from its light (and, if taken, full) sums."""
-        sums, maxes = host["sums"], host["maxes"]
-        units = sums[("act_units", name)]
-        count, calls, samples = host["counts"][("act", name)].tolist()
-        total = float(units.sum())
-        mean = total / count
-        var = sumsq / count - mean * mean
-        nonfinite = 0
-        if not (math.isfinite(total) and math.isfinite(sumsq)):
-            nonfinite = max(int(np.count_nonzero(~np.isfinite(units))), 1)
-        record: dict[str, Any] = {
-            "kind": self._layer_kinds.get(name, "?"),
-            "act_mean": mean,
-            "act_std": math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
-            "act_min": None, "act_max": None, "zero_fraction": None,
-            "dead_fraction": (float(np.count_nonzero(units == 0)) / units.size
-                              if name in self._relu_layers else None),
-            "sample_std": None, "nonfinite": nonfinite, "samples": int(samples / calls),
-        }
-        full = sums.get(("act_full", name))
-        if full is not None:
-            a = dict(zip(ACT_FULL_SUMS, full.tolist()))
-            m = dict(zip(ACT_FULL_MAXES, maxes[("act_full", name)].tolist()))
-            record.update(
-                act_min=-m["neg_min"], act_max=m["max"],
-                zero_fraction=(count - a["nonzero"]) / count,
-                sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
-                            if ("act_el", name) in sums else a["sample_std"] / calls))
-        return record
-
-    def _current_lr(self) -> float | None:
-        return _lr_of(self.optimizer) if self.optimizer is not None else None
-
-    def _flush(self) -> None:
-        """Write the record of a statistics step still in progress (before reading results)."""
-        if self._buf and self._is_stats_step() and self.reducer is None:
-            self._close()   # across ranks a record is closed only where every rank closes it
-
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """One record per statistics step, oldest first (see the module docstring)."""
-        self._write_deferred()
-        return self._history
-
-    def snapshot(self) -> dict[str, Any] | None:
-        """The latest record (None before the first statistics step)."""
-        self._flush()
-        return self.history[-1] if self.history else None
-
-    def add_callback(self, fn: Callable[[dict[str, Any]], None]) -> None:
-        """Call `fn(record)` with every new record (sinks, alerts, plots hang here)."""
-        if not callable(fn):
-            raise TypeError(f"callback must be callable, got {type(fn).__name__}")
-        self._write_deferred()          # records from before it was added are not its
-        self._callbacks.append(fn)
 
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
@@ -802,16 +449,6 @@ class NetworkDebugger:
         """Recorded losses as floats (pending tensors are copied to the host in one transfer)."""
         self._resolve_losses()
         return [float(v) for v in self.loss_history_raw]
-
-    def _resolve_losses(self) -> None:
-        """Copy the losses still on the device to the host, in one transfer."""
-        if self._loss_pending:
-            ts = [self.loss_history_raw[i] for i in self._loss_pending]
-            dev = ts[0].device  # type: ignore[union-attr]
-            values = torch.stack([t.to(dev, torch.float64) for t in ts]).tolist()  # type: ignore
-            for i, v in zip(self._loss_pending, values):
-                self.loss_history_raw[i] = v
-            self._loss_pending = []
 
     # -- the lesson's views -------------------------------------------------------------------
     @property
@@ -862,7 +499,7 @@ class NetworkDebugger:
 
     # -- diagnosis ----------------------------------------------------------------------------
     def evidence(self) -> rules.Evidence:
-        """Everything the rules judge, gathered from the hooks (see lesson.rules)."""
+        """Everything the rules judge, gathered from the hooks (see lesson.debugger.rules)."""
         self._flush()
         never = [n for (n, _), got in zip(self._params, self._got_grad) if not got]
         return rules.Evidence(
@@ -872,19 +509,8 @@ class NetworkDebugger:
             backwards=self._backwards, has_optimizer=self.optimizer is not None,
             layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
             never_grad=never, unstepped=self._unstepped_tensors(),
-            symmetric=_symmetric_layers(self.model),
+            symmetric=symmetric_layers(self.model),
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
-
-    def _unstepped_tensors(self) -> dict[str, int]:
-        """Tensors that got gradients no optimizer applied, with the number of steps."""
-        held: set[int] = set()
-        for opt in list(self._seen_optimizers) + [self.optimizer]:
-            if opt is not None:
-                held |= self._holds(opt)
-        params = dict(self._params)
-        not_held = {n: c for n, c in self._not_held.items() if id(params[n]) not in held}
-        foreign = {k: c for k, c in self._foreign_unstepped.items()}
-        return self._unstepped | not_held | foreign
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, most important first; an empty list when the run looks healthy."""
@@ -921,7 +547,7 @@ class NetworkDebugger:
 
     def print_report(self) -> None:
         """Findings first (evidence and fix), then the lesson's per-layer tables."""
-        from lesson.report_text import format_report
+        from lesson.debugger.report_text import format_report
         print(format_report(self))
 
     def remove_hooks(self) -> None:
@@ -938,37 +564,3 @@ class NetworkDebugger:
         self.close()
 
 
-def _graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
-    """Leaf tensors that receive gradients from `out` (AccumulateGrad nodes of its graph)."""
-    leaves, seen, stack = [], set(), [out.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        var = getattr(fn, "variable", None)
-        if isinstance(var, torch.Tensor):
-            leaves.append(var)
-        stack.extend(nxt for nxt, _ in fn.next_functions)
-    return leaves
-
-
-@torch.no_grad()
-def _symmetric_layers(model: nn.Module) -> dict[str, dict[str, float]]:
-    """Linear/Conv layers whose rows (output units) are all identical: spread of rows / scale."""
-    out = {}
-    for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        if not isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) or w is None \
-                or w.shape[0] < 2 or w.is_meta:
-            continue
-        rows = w.detach().float().reshape(w.shape[0], -1)
-        spread = (rows - rows[:1]).abs().amax()
-        scale = rows.abs().amax()
-        out[name or type(m).__name__] = (spread, scale, w.shape[0])
-    if not out:
-        return {}
-    values = torch.stack([torch.stack([s, c]) for s, c, _ in out.values()]).tolist()
-    return {name: {"row_spread": v[0], "weight_scale": v[1], "units": units}
-            for (name, (_, _, units)), v in zip(out.items(), values)}
-# READY-FOR-INTEGRATION

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lesson.findings import Finding
-from lesson.monitor import NetworkDebugger
+from lesson.debugger.monitor import NetworkDebugger
 
 #: The bug each broken network must be diagnosed with (the demo's test asserts these).
 EXPECTED: dict[str, str | None] = {
@@ -105,9 +105,9 @@ def demo_broken_networks(verbose: bool = True) -> dict[str, list[Finding]]:
 
 def _active_checks(x: torch.Tensor, y: torch.Tensor) -> None:
     """The lesson's three active checks, on fresh healthy models (they restore what they touch)."""
-    from lesson.gradcheck import gradient_check
-    from lesson.lr_finder import find_learning_rate
-    from lesson.overfit import overfit_one_batch
+    from lesson.checks.gradcheck import gradient_check
+    from lesson.checks.lr_finder import find_learning_rate
+    from lesson.checks.overfit import overfit_one_batch
 
     criterion = nn.CrossEntropyLoss()
     _banner("OVERFIT-ONE-BATCH TEST (healthy model)")

@@ -6,7 +6,7 @@ gives the debugger (the model as first built, the optimizer's settings, the crit
 first batches that reach the loss during training, then stops the script. Preflight then runs on
 those pieces with its own, correct loop.
 
-    python -m lesson.preflight_catalogue            # the table: case -> first failing check
+    python -m lesson.course.preflight_catalogue            # the table: case -> first failing check
 """
 from __future__ import annotations
 
@@ -14,15 +14,18 @@ import argparse
 import contextlib
 import copy
 import io
+import json
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
-from lesson.preflight import PreflightReport, preflight
+from lesson.course.preflight import (PreflightReport, inputs_from_factory, load_factory,
+                                     preflight)
 
 MAX_CAPTURED_SAMPLES = 1024
 """Stop the script once this many training samples have reached the loss."""
@@ -126,7 +129,7 @@ class _Recorder:
 
 #: tools a script may call with (model, x, y, criterion) after training: when the script gives
 #: its debugger no criterion, these calls tell us the loss and the data
-_TOOLS = {"locate_nonfinite": "lesson.nonfinite", "overfit_one_batch": "lesson.overfit"}
+_TOOLS = {"locate_nonfinite": "lesson.data.nonfinite", "overfit_one_batch": "lesson.checks.overfit"}
 
 
 @contextlib.contextmanager
@@ -151,7 +154,7 @@ def _recording() -> Iterator[tuple[list[_Recorder], list[tuple]]]:
         return record
 
     swaps = [(lesson, "NetworkDebugger", make),
-             (importlib.import_module("lesson.monitor"), "NetworkDebugger", make)]
+             (importlib.import_module("lesson.debugger.monitor"), "NetworkDebugger", make)]
     for name, module in _TOOLS.items():
         real = getattr(importlib.import_module(module), name)
         swaps += [(lesson, name, tool(real)), (importlib.import_module(module), name, tool(real))]
@@ -258,8 +261,55 @@ def catalogue_table(seed: int = 0, label_signal: bool = True) -> list[tuple[str,
     return rows
 
 
+# `nndebug preflight`: a factory of the user's (`file.py:build`) or a catalogue case.
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("factory", nargs="?",
+                        help="path/to/file.py:function returning (model, data, loss)")
+    source.add_argument("--case", help="a catalogue case: preflight on its broken script's pieces")
+    parser.add_argument("--fixed", action="store_true", help="with --case: the fixed script")
+    parser.add_argument("--steps", type=int, default=60, help="steps of the short training")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=Path, default=Path(".nndebug/preflight-samples.png"),
+                        help="where to save the picture of five samples (images only)")
+    parser.add_argument("--all", action="store_true", help="run every check, even after a failure")
+    parser.add_argument("--label-signal", action="store_true",
+                        help="also check that the labels carry signal (two short trainings)")
+    parser.add_argument("--json", type=Path, help="save the result as JSON")
+    parser.add_argument("--report-json", type=Path,
+                        help="save the findings in nndebug report's format")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.case:
+            inputs = inputs_from_case(args.case, args.seed, "fixed" if args.fixed else "broken")
+            if inputs is None:
+                raise ValueError(f"case {args.case!r} does not train under a NetworkDebugger")
+            model, data, criterion, options = (inputs.model, inputs.data, inputs.criterion,
+                                               inputs.options)
+        else:
+            model, data, criterion, options = inputs_from_factory(load_factory(args.factory))
+        options = {"train_steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
+                   "samples_path": args.samples, "stop_at_first_failure": not args.all,
+                   "label_signal": args.label_signal} | options
+        report = preflight(model, data, criterion, **options)
+    except (TypeError, ValueError) as err:
+        print(f"nndebug preflight: {err}", file=sys.stderr)
+        return 2
+    print(report)
+    if args.json:
+        args.json.write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")
+    if args.report_json:
+        from lesson.course.report import save_report
+
+        save_report(report.to_report(title=args.factory or args.case), args.report_json)
+    return 0 if report.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lesson.preflight_catalogue",
+    parser = argparse.ArgumentParser(prog="python -m lesson.course.preflight_catalogue",
                                      description="preflight on every catalogue case")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-label-signal", action="store_true",

@@ -16,7 +16,7 @@ BatchNorm layer) still gets UNNORMALIZED_INPUTS for its raw inputs. The finding 
 the data pipeline (or ignoring the finding for such a model) silences it.
 
 `unnormalized_features(mean, std)` is the one per-feature rule for UNNORMALIZED_INPUTS; the
-data validator (`lesson.data.validate_data`) uses it too.
+data validator (`lesson.data.validate.validate_data`) uses it too.
 
 The debugger calls `observe_inputs` on its full statistics steps and `observe_targets` on
 every training step. Both only launch work on the batch's own device (no host sync, no
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from lesson.findings import Finding
-from lesson.running import RunningStats, to_host
+from lesson.debugger.running import RunningStats, to_host
 
 # -- thresholds --------------------------------------------------------------------------------
 MAX_ABS_MEAN = 10.0
@@ -386,7 +386,7 @@ class BatchInspector:
 def unnormalized_features(mean: Any, std: Any) -> np.ndarray:
     """THE rule for UNNORMALIZED_INPUTS, per feature (see the thresholds above): True where a
     feature with this mean and std is not standardised. Both this module's BatchInspector and
-    `lesson.data.validate_data` judge with it, so the monitor and the data validator can never
+    `lesson.data.validate.validate_data` judge with it, so the monitor and the data validator can never
     disagree. Features whose statistics are not finite (never measured) are not judged."""
     mean = np.asarray(mean, dtype=np.float64)
     std = np.asarray(std, dtype=np.float64)

@@ -1,10 +1,7 @@
 """The debugger's text report: findings with evidence and fixes, then per-layer tables."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from lesson.monitor import NetworkDebugger
+from typing import Any
 
 
 def _num(v: Any) -> str:
@@ -17,8 +14,9 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def format_report(debugger: "NetworkDebugger") -> str:
-    """Everything `print_report()` prints, as one string."""
+def format_report(debugger: Any) -> str:
+    """Everything `print_report()` prints, as one string (`debugger` is a `NetworkDebugger`;
+    this module reads only its public views, so it need not import the monitor)."""
     findings = debugger.diagnose()
     losses = debugger.loss_history
     lines = ["", "=== NETWORK DEBUGGER REPORT ==="]

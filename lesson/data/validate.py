@@ -4,7 +4,7 @@
 
 - NONFINITE_INPUT: NaN/Inf in the inputs (or in float targets), with counts and first rows;
 - UNNORMALIZED_INPUTS: features far from zero mean and unit scale, judged by the very function
-  the monitor's batch checks use (`lesson.batches.unnormalized_features`), worst features named;
+  the monitor's batch checks use (`lesson.debugger.batches.unnormalized_features`), worst features named;
 - CLASS_IMBALANCE: the majority class outnumbers the minority by more than 10:1 (the lesson's
   threshold), with the counts per class;
 - DUPLICATES_ACROSS_SPLITS: test rows that also sit in the training split, exactly or within a
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from lesson.batches import MAX_ABS_MEAN, MAX_STD, MEAN_TO_STD_RATIO, unnormalized_features
+from lesson.debugger.batches import MAX_ABS_MEAN, MAX_STD, MEAN_TO_STD_RATIO, unnormalized_features
 from lesson.findings import Finding
-from lesson.nonfinite import MAX_LISTED, nonfinite_input_finding
+from lesson.data.nonfinite import MAX_LISTED, nonfinite_input_finding
 
 #: The lesson's threshold: above this majority/minority ratio the classes are imbalanced.
 IMBALANCE_RATIO = 10.0
@@ -161,7 +161,7 @@ def _nonfinite_finding(stats: dict[str, Any], split: str, what: str = "inputs"
 
 
 def _unnormalized_finding(stats: dict[str, Any], split: str) -> Finding | None:
-    """The monitor's BatchInspector rule, the very same function (lesson.batches)."""
+    """The monitor's BatchInspector rule, the very same function (lesson.debugger.batches)."""
     mean, std = stats["mean"], stats["std"]
     size = np.abs(mean)
     off = unnormalized_features(mean, std)

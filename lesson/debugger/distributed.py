@@ -1,7 +1,7 @@
 """The debugger across processes: merge every rank's statistics as if it were one big batch.
 
 Under `DistributedDataParallel` each rank sees a slice of the global batch. The debugger's
-statistics are kept as reducible accumulators (`lesson.stats`): sums and counts, whose sum over
+statistics are kept as reducible accumulators (`lesson.debugger.stats`): sums and counts, whose sum over
 ranks gives the global means; maxima (and minima, stored negated), whose maximum over ranks is
 the global one; per-unit "was ever non-zero" flags, whose maximum says a unit is alive if it
 fired on any rank, so a unit counts as dead only if it is dead on every rank. Quantities that
@@ -96,7 +96,7 @@ class RankReducer(Joinable):
         self._device = torch.device("cpu")
 
     # -- one reduction ------------------------------------------------------------------------
-    #: Read by `lesson.stats.StepBuffer.gather`: which accumulator kinds to average.
+    #: Read by `lesson.debugger.stats.StepBuffer.gather`: which accumulator kinds to average.
     averaged_kinds = AVERAGED_KINDS
 
     def __call__(self, sums: torch.Tensor, maxes: torch.Tensor, *,

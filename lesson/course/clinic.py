@@ -70,7 +70,7 @@ def examine(name: str, seed: int, out: str | None, verify_fixes: bool) -> dict[s
         except Exception as exc:
             entry["fix_verdict"] = f"error: {type(exc).__name__}"
     if out is not None:
-        from broken_models.clinic_report import draw_case, gradient_table
+        from lesson.course.clinic_report import draw_case, gradient_table
 
         entry["pictures"] = draw_case(run, Path(out) / name)
         entry["gradient_table"] = gradient_table(run.report)
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{len(entries) - len(set(bad))} of {len(entries)} cases diagnosed"
           f"{' with healthy fixes' if args.verify_fixes else ''} in {seconds:.0f} s (seed {args.seed}).")
     if out is not None:
-        from broken_models.clinic_report import relative, write_index
+        from lesson.course.clinic_report import relative, write_index
 
         index = write_index(out, entries, args.seed, seconds)
         print(f"Report: {relative(index)}  (open it in a browser)")

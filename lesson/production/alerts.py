@@ -3,7 +3,7 @@
 An alert looks at each record the debugger produces and turns what it sees into a `Finding`
 (the course's vocabulary), then applies its policy:
 
-- `"warn"`: log a warning on the `lesson.alerts` logger and keep training;
+- `"warn"`: log a warning on the `lesson.production.alerts` logger and keep training;
 - a function: call it with the finding (page someone, save a checkpoint, lower the LR...);
 - `"raise"`: raise `TrainingAlert`, whose message names the step, the layer and the evidence,
   so the job stops at the step the problem appeared.
@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Union
 
 from lesson.findings import CODES, Finding, Severity
 
-log = logging.getLogger("lesson.alerts")
+log = logging.getLogger("lesson.production.alerts")
 
 Policy = Union[str, Callable[[Finding], Any]]
 POLICIES = ("warn", "raise")

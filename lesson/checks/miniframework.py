@@ -14,7 +14,7 @@ That is all of backpropagation:
     SGD(model.parameters(), lr=0.1).step()
 
 `gradient_check(model, loss_fn, x, y)` compares every parameter's gradient with finite
-differences (the same maths as the torch check in `lesson.gradcheck`) and names the tensor
+differences (the same maths as the torch check in `lesson.checks.gradcheck`) and names the tensor
 whose backward is wrong. Everything is float64.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from lesson.gradcheck import GradientCheckReport, findings_for, numerical_gradient_check
+from lesson.checks.gradcheck import GradientCheckReport, findings_for, numerical_gradient_check
 
 BUGS = {"transposed_weight": "the weight's gradient is transposed (needs a square weight)"}
 

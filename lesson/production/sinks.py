@@ -1,6 +1,6 @@
 """Where the debugger's statistics go in a real training job: JSON Lines, TensorBoard, W&B.
 
-A sink receives the debugger's records (plain numbers, see `lesson.monitor`) and, if it asks
+A sink receives the debugger's records (plain numbers, see `lesson.debugger.monitor`) and, if it asks
 for them, histograms of weights, gradients and activations. Histograms are summarised on the
 tensors' own device and fetched in one host transfer (`summarize`), and only at log steps.
 

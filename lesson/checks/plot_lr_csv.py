@@ -1,6 +1,6 @@
 """Draw a learning-rate range test from its CSV (the lesson's exercise 3 reader).
 
-    python -m lesson.plot_lr_csv lr_finder.csv -o lr_finder.png
+    python -m lesson.checks.plot_lr_csv lr_finder.csv -o lr_finder.png
 
 The CSV is what `find_learning_rate(...).to_csv(path)` writes: columns lr, loss and, when
 present, smoothed_loss and suggested (1 on the suggested row). The plot has a log-scaled
@@ -57,7 +57,7 @@ def plot_lr_curve(lrs: Sequence[float], losses: Sequence[float],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lesson.plot_lr_csv",
+    parser = argparse.ArgumentParser(prog="python -m lesson.checks.plot_lr_csv",
                                      description="plot a learning-rate range test CSV")
     parser.add_argument("csv", help="file written by find_learning_rate(...).to_csv(path)")
     parser.add_argument("-o", "--output", help="PNG to write (default: the CSV's name, .png)")

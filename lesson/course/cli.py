@@ -13,16 +13,16 @@ import sys
 
 #: subcommand -> (module, one-line help), in the order a student meets them
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("lesson.demo", "run the lesson's demo: three broken networks and a healthy one"),
-    "clinic": ("broken_models.clinic", "diagnose every case of the broken-model catalogue"),
-    "list": ("broken_models.browse", "list the catalogue's cases by family"),
-    "show": ("broken_models.browse", "show one case: symptom, then diff, fix and lesson section"),
-    "exercises": ("lesson.learner.commands", "your progress through the exercises"),
-    "check": ("lesson.learner.commands", "check one exercise notebook and offer a hint"),
-    "hint": ("lesson.learner.commands", "show the next hint of an exercise"),
-    "watch": ("lesson.learner.commands", "re-check the current exercise whenever it is saved"),
-    "report": ("lesson.report", "render a debugger report into the diagnosis prompt"),
-    "preflight": ("lesson.preflight", "run the seven pre-training checks on your model"),
+    "demo": ("lesson.course.demo", "run the lesson's demo: three broken networks and a healthy one"),
+    "clinic": ("lesson.course.clinic", "diagnose every case of the broken-model catalogue"),
+    "list": ("lesson.course.browse", "list the catalogue's cases by family"),
+    "show": ("lesson.course.browse", "show one case: symptom, then diff, fix and lesson section"),
+    "exercises": ("lesson.course.learner.commands", "your progress through the exercises"),
+    "check": ("lesson.course.learner.commands", "check one exercise notebook and offer a hint"),
+    "hint": ("lesson.course.learner.commands", "show the next hint of an exercise"),
+    "watch": ("lesson.course.learner.commands", "re-check the current exercise whenever it is saved"),
+    "report": ("lesson.course.report", "render a debugger report into the diagnosis prompt"),
+    "preflight": ("lesson.course.preflight_catalogue", "run the seven pre-training checks on your model"),
 }
 
 

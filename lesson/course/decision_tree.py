@@ -3,7 +3,7 @@
 A tree of `Node`s. An inner node asks a question; each child is one answer. A leaf ends at a
 diagnosis code from `lesson.findings.CODES` (whose fix is printed beside it) or at an action
 (what to do next when no code applies yet). `outputs/skill-debug-checklist.md` is rendered from
-this tree by `python -m lesson.artifacts`, so the checklist cannot drift from the codes.
+this tree by `python -m lesson.course.artifacts`, so the checklist cannot drift from the codes.
 """
 from __future__ import annotations
 

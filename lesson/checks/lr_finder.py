@@ -65,7 +65,7 @@ class LRFinderResult(list):
     def plot(self, path: str | None = None):
         """Loss against learning rate (log scale), smoothed curve and suggestion marked.
         Returns the matplotlib Figure; saves a PNG when `path` is given."""
-        from lesson.plot_lr_csv import plot_lr_curve
+        from lesson.checks.plot_lr_csv import plot_lr_curve
 
         return plot_lr_curve(self.lrs, self.losses, self.smoothed_losses, self.suggested_lr,
                              path=path)

@@ -21,12 +21,10 @@ what is wrong with the model, the loss and the data.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import importlib.util
 import io
-import json
 import math
 import sys
 import warnings
@@ -144,7 +142,7 @@ class PreflightReport:
 
     def to_report(self, title: str = "preflight") -> dict[str, Any]:
         """The findings and the short training's curves in `nndebug report`'s format."""
-        from lesson.report import make_report
+        from lesson.course.report import make_report
 
         return make_report(self.findings, title=title, loss_history=self.loss_history,
                            history=self.history,
@@ -204,7 +202,7 @@ def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
 
 
 def _is_classification(criterion: Any, y: torch.Tensor) -> bool:
-    from lesson.loss_inputs import CLASS_LOG_PROBS, CLASS_LOGITS, criterion_kind
+    from lesson.debugger.loss_inputs import CLASS_LOG_PROBS, CLASS_LOGITS, criterion_kind
 
     return criterion_kind(criterion) in (CLASS_LOGITS, CLASS_LOG_PROBS) and \
         not y.is_floating_point()
@@ -247,7 +245,7 @@ class _Context:
 
 
 def check_overfit(ctx: _Context) -> CheckResult:
-    from lesson.overfit import overfit_one_batch
+    from lesson.checks.overfit import overfit_one_batch
 
     idx = torch.randperm(len(ctx.x), generator=ctx.generator)[:ctx.overfit_batch]
     xb, yb = ctx.x[idx], ctx.y[idx]
@@ -278,10 +276,10 @@ EXPLAIN_STEPS = 50
 def _why_no_overfit(ctx: _Context, x: torch.Tensor, y: torch.Tensor) -> list[Finding]:
     """When one batch cannot be memorised, look for the cause on that batch: what reaches the
     loss, identical units, samples that mix, and what the debugger sees over a few steps."""
-    from lesson.batch_independence import check_batch_independence
-    from lesson.loss_inputs import LossInputInspector
-    from lesson.monitor import NetworkDebugger
-    from lesson.stats import first_tensor
+    from lesson.checks.batch_independence import check_batch_independence
+    from lesson.debugger.loss_inputs import LossInputInspector
+    from lesson.debugger.monitor import NetworkDebugger
+    from lesson.debugger.stats import first_tensor
 
     model = copy.deepcopy(ctx.model)
     causes = _identical_units(model)
@@ -357,7 +355,7 @@ def check_summary(ctx: _Context) -> CheckResult:
 def _locate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, criterion: Callable,
             fallback: bool = True) -> list[Finding]:
     """The operation that first produced NaN/Inf on this batch (locate_nonfinite)."""
-    from lesson.nonfinite import locate_nonfinite
+    from lesson.data.nonfinite import locate_nonfinite
 
     found = locate_nonfinite(copy.deepcopy(model), x, y, criterion)
     if found or not fallback:
@@ -368,7 +366,7 @@ def _locate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, criterion: Calla
 def _trusted(findings: list[Finding], criterion: Callable) -> list[Finding]:
     """Drop what cannot be judged: a hand-written loss may reshape its inputs itself, so a shape
     difference between output and target says nothing about it."""
-    from lesson.loss_inputs import UNKNOWN, criterion_kind
+    from lesson.debugger.loss_inputs import UNKNOWN, criterion_kind
 
     if criterion_kind(criterion) != UNKNOWN:
         return findings
@@ -376,9 +374,9 @@ def _trusted(findings: list[Finding], criterion: Callable) -> list[Finding]:
 
 
 def check_forward(ctx: _Context) -> CheckResult:
-    from lesson.batches import BatchInspector
-    from lesson.loss_inputs import LossInputInspector
-    from lesson.stats import first_tensor
+    from lesson.debugger.batches import BatchInspector
+    from lesson.debugger.loss_inputs import LossInputInspector
+    from lesson.debugger.stats import first_tensor
 
     x, y = ctx.x[:ctx.batch_size], ctx.y[:ctx.batch_size]
     model = copy.deepcopy(ctx.model)
@@ -429,8 +427,8 @@ def check_forward(ctx: _Context) -> CheckResult:
 def _short_training(ctx: _Context) -> dict[str, Any]:
     """Train a copy for `train_steps` minibatch steps under the NetworkDebugger; keep what it
     saw (checks 4, 5 and 6 all read this one run)."""
-    from lesson.monitor import NetworkDebugger
-    from lesson.stats import first_tensor
+    from lesson.debugger.monitor import NetworkDebugger
+    from lesson.debugger.stats import first_tensor
 
     model = copy.deepcopy(ctx.model)
     model.train()
@@ -483,7 +481,7 @@ def _label_findings(ctx: _Context) -> list[Finding]:
     if not (ctx.label_signal and ctx.classification):
         return []
     if ctx.labels is None:
-        from lesson.labels import check_labels_carry_signal
+        from lesson.data.labels import check_labels_carry_signal
 
         with _quiet(ctx.verbose):
             ctx.labels = check_labels_carry_signal(lambda: copy.deepcopy(ctx.model), ctx.x, ctx.y)
@@ -576,8 +574,8 @@ def save_samples(x: torch.Tensor, y: torch.Tensor, path: Path,
 
 
 def check_data(ctx: _Context) -> CheckResult:
-    from lesson.batches import BatchInspector
-    from lesson.data import validate_data
+    from lesson.debugger.batches import BatchInspector
+    from lesson.data.validate import validate_data
 
     idx = torch.randperm(len(ctx.x), generator=ctx.generator)[:SAMPLES_SHOWN]
     lines = []
@@ -593,7 +591,7 @@ def check_data(ctx: _Context) -> CheckResult:
         lines.append(f"pictures of these samples: {details['picture']}")
     with _quiet(ctx.verbose):
         labels = None if ctx.y.is_floating_point() else ctx.y   # regression: no classes
-        # scale is judged by the debugger's rule (lesson.batches), the one the monitor applies
+        # scale is judged by the debugger's rule (lesson.debugger.batches), the one the monitor applies
         findings = [f for f in validate_data(ctx.x, labels) if f.code != "UNNORMALIZED_INPUTS"]
     batches = BatchInspector()
     for start in range(0, len(ctx.y), ctx.batch_size):
@@ -706,51 +704,3 @@ def inputs_from_factory(factory: Callable[[], Any]) -> tuple[nn.Module, Any, Cal
         return model, data, criterion, ({"optimizer_factory": rest[0]} if rest else {})
     raise ValueError("the factory must return (model, data, criterion) or a dict with model, "
                      f"data and criterion, got {type(made).__name__}")
-
-
-def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("factory", nargs="?",
-                        help="path/to/file.py:function returning (model, data, loss)")
-    source.add_argument("--case", help="a catalogue case: preflight on its broken script's pieces")
-    parser.add_argument("--fixed", action="store_true", help="with --case: the fixed script")
-    parser.add_argument("--steps", type=int, default=60, help="steps of the short training")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--samples", type=Path, default=Path(".nndebug/preflight-samples.png"),
-                        help="where to save the picture of five samples (images only)")
-    parser.add_argument("--all", action="store_true", help="run every check, even after a failure")
-    parser.add_argument("--label-signal", action="store_true",
-                        help="also check that the labels carry signal (two short trainings)")
-    parser.add_argument("--json", type=Path, help="save the result as JSON")
-    parser.add_argument("--report-json", type=Path,
-                        help="save the findings in nndebug report's format")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        if args.case:
-            from lesson.preflight_catalogue import inputs_from_case
-
-            inputs = inputs_from_case(args.case, args.seed, "fixed" if args.fixed else "broken")
-            if inputs is None:
-                raise ValueError(f"case {args.case!r} does not train under a NetworkDebugger")
-            model, data, criterion, options = (inputs.model, inputs.data, inputs.criterion,
-                                               inputs.options)
-        else:
-            model, data, criterion, options = inputs_from_factory(load_factory(args.factory))
-        options = {"train_steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
-                   "samples_path": args.samples, "stop_at_first_failure": not args.all,
-                   "label_signal": args.label_signal} | options
-        report = preflight(model, data, criterion, **options)
-    except (TypeError, ValueError) as err:
-        print(f"nndebug preflight: {err}", file=sys.stderr)
-        return 2
-    print(report)
-    if args.json:
-        args.json.write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")
-    if args.report_json:
-        from lesson.report import save_report
-
-        save_report(report.to_report(title=args.factory or args.case), args.report_json)
-    return 0 if report.passed else 1

@@ -1,0 +1,433 @@
+"""The machinery that keeps `NetworkDebugger` cheap: hook scheduling, batched transfers, buffers.
+
+`lesson.debugger.monitor` says what the debugger measures, when, and how it decides. This module
+holds what it takes to do that without slowing the user's training:
+
+* **hooks that come and go**: the model's persistent hooks are few (the root module's forward,
+  one gradient hook per parameter, the optimizer's step hooks); the measuring hooks on every
+  watched module and accumulated gradient are attached for a statistics step and removed after
+  it, so between statistics steps `nn.Module` takes its fast path;
+* **one buffer per step**: every statistic of a step is a reducible accumulator in one
+  `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
+  then decoded into a plain-Python record;
+* **kept copies** of the parameters for the update/weight ratios on the CPU;
+* **records**: a bounded history, handed to callbacks (sinks and alerts) as they are made.
+
+`Engine` is the base class of `NetworkDebugger`; it reads the schedule (`_scheduled`, `_full`),
+the watched parameters and layers, and the optimizer from the debugger.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                   register_optimizer_step_pre_hook)
+from torch.utils.hooks import RemovableHandle
+
+from lesson.debugger.distributed import RankReducer, world_size
+from lesson.debugger.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
+                                   StepBuffer, identity_reduce, pooled_sample_std,
+                                   squared_norms)
+from lesson.production.sinks import SinkLogger, model_tensors
+
+RECORD_BATCH = 16
+"""Light records that nothing listens to as they are made (no sink, alert or callback) are
+copied to the host 16 at a time: one transfer, and on an accelerator one sync, per 16
+statistics steps instead of one per step, which is most of what every=1 would cost otherwise.
+Reading any result (history, snapshot, diagnose, the lesson's views) copies what is pending."""
+DEFAULT_MAX_HISTORY = 2000
+"""Records kept; beyond that every other one is dropped (first and last kept), so a long run
+keeps its whole shape in bounded memory."""
+MAX_ERRORS = 20
+"""Internal errors kept in `errors` (a statistic that failed never breaks the user's training)."""
+
+
+def lr_of(optimizer: torch.optim.Optimizer) -> float | None:
+    """The first parameter group's learning rate, or None."""
+    if not optimizer.param_groups:
+        return None
+    lr = optimizer.param_groups[0].get("lr")
+    return float(lr) if lr is not None else None
+
+
+class _WatchedLoss:
+    """A plain loss function wrapped so the debugger sees what goes into it."""
+
+    def __init__(self, fn: Callable[..., Any], debugger: "Engine") -> None:
+        self.fn = fn
+        self._debugger = weakref.ref(debugger)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__wrapped__ = fn
+
+    def __call__(self, output: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        debugger = self._debugger()
+        if debugger is not None:
+            debugger._observe_loss_inputs(output, target, self.fn)
+        return self.fn(output, target, *args, **kwargs)
+
+
+class Engine:
+    """Hooks, buffers and records for `NetworkDebugger` (its base class; see the module doc)."""
+
+    # provided by the debugger
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    every: int
+    log_every: int | None
+    loss_history_raw: list[float | torch.Tensor]
+    hooks: list[RemovableHandle]
+    _step: int
+    _params: list[tuple[str, nn.Parameter]]
+    _param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]]
+    _layer_kinds: dict[str, str]
+    _relu_layers: set[str]
+
+    def _init_engine(self, max_history: int) -> None:
+        self.max_history = max_history
+        self.errors: list[str] = []
+        self._history: list[dict[str, Any]] = []
+        #: light records not yet copied to the host: (step, buffer, loss index, lr)
+        self._deferred: list[tuple[int, StepBuffer, int | None, float | None]] = []
+        self._callbacks: list[Callable[[dict[str, Any]], None]] = []
+        self._reduce = identity_reduce
+        self._closed_step = -1                 # last step whose record is written
+        self._buf = StepBuffer()
+        self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
+        self._loss_mark = 0                    # len(loss_history_raw) at the last record
+        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
+        self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
+        self._weight_norms: dict[str, float] = {}   # last measured, per parameter
+        #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
+        self._step_hooks: list[tuple[Any, Callable[..., None]]] = []
+        self._attached: list[RemovableHandle] = []
+        self._samples: dict[str, torch.Tensor] = {}
+        self._explicit_optimizer = self.optimizer is not None
+        self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    # -- hooks --------------------------------------------------------------------------------
+    def _watch_criterion(self, criterion: Callable[..., Any]) -> None:
+        if isinstance(criterion, nn.Module):
+            def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
+                if len(args) >= 2:
+                    self._observe_loss_inputs(args[0], args[1], module)
+            self.hooks.append(criterion.register_forward_pre_hook(pre))
+        else:
+            self.criterion = _WatchedLoss(criterion, self)
+
+    def _attach_step_hooks(self, on: bool) -> None:
+        """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
+        step, detach them after it: between statistics steps the watched modules have no hook
+        at all, so nn.Module takes its fast call path, and autograd calls no Python after
+        accumulating a gradient."""
+        if on and not self._attached and self.hooks:
+            # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
+            by_step = self.reducer is not None and self.optimizer is not None
+            self._attached = [m.register_forward_hook(h) if isinstance(m, nn.Module)
+                              else m.register_post_accumulate_grad_hook(h)
+                              for m, h in self._step_hooks
+                              if isinstance(m, nn.Module) or not by_step]
+        elif not on and self._attached:
+            for handle in self._attached:
+                handle.remove()
+            self._attached = []
+
+    def _error(self, where: str, exc: Exception) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
+
+
+    # -- optimizers: adopting one, tensors none steps, parameter copies ----------------
+    def _watch_optimizers(self) -> None:
+        """See every optimizer that steps our parameters: the one to adopt when none was passed,
+        and the others (a GAN's second optimizer, say), so their tensors count as stepped."""
+        me = weakref.ref(self)     # a global hook must not keep a forgotten debugger alive
+
+        def pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if (debugger := me()) is not None:
+                debugger._on_any_step_pre(opt, args, kwargs)
+
+        def post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if (debugger := me()) is not None:
+                debugger._on_any_step_post(opt, args, kwargs)
+        self.hooks.append(register_optimizer_step_pre_hook(pre))
+        self.hooks.append(register_optimizer_step_post_hook(post))
+
+    def _holds(self, optimizer: torch.optim.Optimizer) -> set[int]:
+        return {id(p) for g in optimizer.param_groups for p in g["params"]}
+
+    def _on_any_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if optimizer is self.optimizer and self._explicit_optimizer:
+            return                      # its own hook (registered on it) does the work
+        if optimizer not in self._seen_optimizers:
+            mine = {id(p) for _, p in self._params}
+            if not mine & self._holds(optimizer):
+                return
+            self._seen_optimizers.add(optimizer)
+            if self.optimizer is None:
+                self.optimizer = optimizer
+        if optimizer is self.optimizer and not self._explicit_optimizer:
+            self._on_step_pre(optimizer, args, kwargs)
+
+    def _on_any_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if optimizer is self.optimizer and not self._explicit_optimizer:
+            self._on_step_post(optimizer, args, kwargs)
+
+    def _unstepped_tensors(self) -> dict[str, int]:
+        """Tensors that got gradients no optimizer applied, with the number of steps."""
+        held: set[int] = set()
+        for opt in list(self._seen_optimizers) + [self.optimizer]:
+            if opt is not None:
+                held |= self._holds(opt)
+        params = dict(self._params)
+        not_held = {n: c for n, c in self._not_held.items() if id(params[n]) not in held}
+        foreign = {k: c for k, c in self._foreign_unstepped.items()}
+        return self._unstepped | not_held | foreign
+
+    def _measure_weights_before_step(self, held: set[int]) -> None:
+        """Full steps: weight norms, and a copy of each stepped tensor for its update ratio."""
+        try:
+            names = [n for n, p in self._params if id(p) in held and p.grad is not None]
+            tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
+            for name, sq in zip(names, squared_norms(tensors)):
+                self._buf.set_sum(("weight", name), sq.reshape(1))
+            self._before = (names, tensors, self._copies(names, tensors))
+        except Exception as exc:
+            self._error("optimizer step", exc)
+
+    def _measure_updates(self) -> None:
+        """After the step: the squared norm of each update, from the copies taken before it."""
+        if self._before is None:
+            return
+        names, tensors, before = self._before
+        self._before = None
+        try:
+            torch._foreach_sub_(before, tensors)
+            for name, sq in zip(names, squared_norms(before)):
+                self._buf.set_sum(("update", name), sq.reshape(1))
+            if not self._keep_copies(tensors):
+                self._update_copies = {}
+        except Exception as exc:
+            self._error("optimizer step", exc)
+
+    def _keep_copies(self, tensors: list[torch.Tensor]) -> bool:
+        """Parameter copies are kept between full steps on the CPU, where allocating them
+        afresh costs more page faults than the copy itself (one copy of the parameters, the
+        memory the update ratios need anyway); elsewhere the caching allocator recycles them."""
+        return all(t.device.type == "cpu" for t in tensors)
+
+    def _copies(self, names: list[str], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Copies of `tensors` (the parameters before the step), into kept buffers if any."""
+        if not self._keep_copies(tensors):
+            return [t.clone() for t in tensors]
+        kept = self._update_copies
+        bufs = []
+        for name, t in zip(names, tensors):
+            buf = kept.get(name)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = kept[name] = torch.empty_like(t, memory_format=torch.contiguous_format)
+            bufs.append(buf)
+        torch._foreach_copy_(bufs, tensors)
+        return bufs
+
+
+    # -- records: one buffer per step, copied in batches, decoded, kept ----------------
+    def _close(self) -> None:
+        buf, self._buf = self._buf, StepBuffer()
+        step, self._closed_step = self._step, self._step
+        full = self._full(step)
+        if full and self._params and not any(k[0] == "weight" for k in buf.sums):
+            for (name, _), sq in zip(self._params, squared_norms([p for _, p in self._params])):
+                buf.set_sum(("weight", name), sq.reshape(1))
+        raw = self.loss_history_raw
+        loss_index = len(raw) - 1 if len(raw) > self._loss_mark else None
+        self._loss_mark = len(raw)
+        if self.reducer is None and not self._callbacks and not full and buf:
+            self._deferred.append((step, buf, loss_index, self._current_lr()))
+            if len(self._deferred) >= RECORD_BATCH:
+                self._write_deferred()
+            return
+        self._write_deferred()
+        pending = self._loss_pending
+        if pending:
+            ts = [raw[i] for i in pending]
+            dev = ts[0].device  # type: ignore[union-attr]
+            buf.set_value(("losses",), torch.stack(  # 0-dim each (see record_loss)
+                [t if t.device == dev else t.to(dev) for t in ts]))  # type: ignore[union-attr]
+        had_data = bool(buf)
+        host = buf.gather(self._reduce, step=step)
+        if not had_data and not host["sums"]:
+            return                               # a rank with nothing, and nothing merged
+        if self.reducer is not None and self.reducer.last_skipped:
+            self._error(f"step {step}", RuntimeError(self.reducer.skipped[-1][1]))
+        if pending:
+            for i, v in zip(pending, host["values"][("losses",)].tolist()):
+                raw[i] = v
+            self._loss_pending = []
+        record = self._decode(step, host, self._current_lr())
+        record["loss"] = float(raw[loss_index]) if loss_index is not None else None
+        self._append(record)
+
+    def _write_deferred(self) -> None:
+        """Copy the deferred light records to the host (one transfer) and write them."""
+        entries, self._deferred = self._deferred, []
+        if not entries:
+            return
+        hosts = StepBuffer.gather_many([buf for _, buf, _, _ in entries])
+        self._resolve_losses()
+        raw = self.loss_history_raw
+        for (step, _, loss_index, lr), host in zip(entries, hosts):
+            record = self._decode(step, host, lr)
+            record["loss"] = float(raw[loss_index]) if loss_index is not None else None
+            self._append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """Keep `record` (thinning a long history, first and last kept) and hand it on."""
+        history = self._history
+        history.append(record)
+        if len(history) > self.max_history:
+            history[:] = history[:1] + history[2:-1:2] + history[-1:]
+        try:
+            for fn in list(self._callbacks):
+                fn(record)
+        finally:
+            self._samples = {}
+
+    def _decode(self, step: int, host: dict[str, dict[Any, np.ndarray]], lr: float | None
+                ) -> dict[str, Any]:
+        sums, maxes = host["sums"], host["maxes"]
+        layers: dict[str, dict[str, Any]] = {}
+        with np.errstate(all="ignore"):         # NaN/Inf are counted, not warned about
+            for key, sq in sums.items():
+                if key[0] == "act":
+                    layers[key[1]] = self._layer_record(key[1], float(sq[0]), host)
+        params: dict[str, dict[str, Any]] = {}
+        for name, keys, static in self._param_keys:
+            g, w, u, st = (sums.get(k) for k in keys)
+            if w is not None:        # measured on full steps; light records repeat the last
+                self._weight_norms[name] = math.sqrt(w[0])
+            weight_norm = self._weight_norms.get(name, math.nan)
+            entry: dict[str, Any] = {
+                "grad_norm": None, "weight_norm": weight_norm, "update_ratio": None,
+                "nonfinite_grad": 0, **static,
+                "stale_grad_norm": math.sqrt(st[0]) if st is not None else None}
+            if g is not None:
+                grad_sq = float(g[0])
+                entry["grad_norm"] = math.sqrt(grad_sq)
+                entry["nonfinite_grad"] = int(not math.isfinite(grad_sq))
+                full = sums.get(("grad_full", name))
+                if full is not None:
+                    numel = static["numel"]
+                    gs = dict(zip(GRAD_FULL_SUMS, full.tolist()))
+                    gm = dict(zip(GRAD_FULL_MAXES, maxes[("grad_full", name)].tolist()))
+                    entry.update(grad_abs_mean=gs["abs_sum"] / numel, grad_mean=gs["sum"] / numel,
+                                 grad_max=gm["abs_max"])
+            if u is not None:
+                entry["update_norm"] = math.sqrt(u[0])
+                if weight_norm > 0:
+                    entry["update_ratio"] = entry["update_norm"] / weight_norm
+            params[name] = entry
+        return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
+                "layers": layers, "params": params}
+
+    def _layer_record(self, name: str, sumsq: float, host: dict[str, dict[Any, np.ndarray]]
+                      ) -> dict[str, Any]:
+        """One layer's activation statistics from its light (and, if taken, full) sums."""
+        sums, maxes = host["sums"], host["maxes"]
+        units = sums[("act_units", name)]
+        count, calls, samples = host["counts"][("act", name)].tolist()
+        total = float(units.sum())
+        mean = total / count
+        var = sumsq / count - mean * mean
+        nonfinite = 0
+        if not (math.isfinite(total) and math.isfinite(sumsq)):
+            nonfinite = max(int(np.count_nonzero(~np.isfinite(units))), 1)
+        record: dict[str, Any] = {
+            "kind": self._layer_kinds.get(name, "?"),
+            "act_mean": mean,
+            "act_std": math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
+            "act_min": None, "act_max": None, "zero_fraction": None,
+            "dead_fraction": (float(np.count_nonzero(units == 0)) / units.size
+                              if name in self._relu_layers else None),
+            "sample_std": None, "nonfinite": nonfinite, "samples": int(samples / calls),
+        }
+        full = sums.get(("act_full", name))
+        if full is not None:
+            a = dict(zip(ACT_FULL_SUMS, full.tolist()))
+            m = dict(zip(ACT_FULL_MAXES, maxes[("act_full", name)].tolist()))
+            record.update(
+                act_min=-m["neg_min"], act_max=m["max"],
+                zero_fraction=(count - a["nonzero"]) / count,
+                sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
+                            if ("act_el", name) in sums else a["sample_std"] / calls))
+        return record
+
+    def _current_lr(self) -> float | None:
+        return lr_of(self.optimizer) if self.optimizer is not None else None
+
+    def _flush(self) -> None:
+        """Write the record of a statistics step still in progress (before reading results)."""
+        if self._buf and self._is_stats_step() and self.reducer is None:
+            self._close()   # across ranks a record is closed only where every rank closes it
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One record per statistics step, oldest first (see the module docstring)."""
+        self._write_deferred()
+        return self._history
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The latest record (None before the first statistics step)."""
+        self._flush()
+        return self.history[-1] if self.history else None
+
+    def add_callback(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call `fn(record)` with every new record (sinks, alerts, plots hang here)."""
+        if not callable(fn):
+            raise TypeError(f"callback must be callable, got {type(fn).__name__}")
+        self._write_deferred()          # records from before it was added are not its
+        self._callbacks.append(fn)
+
+    def _resolve_losses(self) -> None:
+        """Copy the losses still on the device to the host, in one transfer."""
+        if self._loss_pending:
+            ts = [self.loss_history_raw[i] for i in self._loss_pending]
+            dev = ts[0].device  # type: ignore[union-attr]
+            values = torch.stack([t.to(dev, torch.float64) for t in ts]).tolist()  # type: ignore
+            for i, v in zip(self._loss_pending, values):
+                self.loss_history_raw[i] = v
+            self._loss_pending = []
+
+
+    # -- production: sinks, alerts, several processes ----------------------------------
+    def _setup_production(self, sinks: Sequence[Any], alerts: Sequence[Any],
+                          activation_sample: int, distributed: bool | None) -> None:
+        if distributed is None:
+            distributed = world_size() > 1
+        #: merges the statistics of every rank; pass it to torch.distributed's Join with the
+        #: DDP model when ranks may run out of data at different steps
+        self.reducer = RankReducer(is_stats_step=self._scheduled) if distributed else None
+        if self.reducer is not None:
+            self._reduce = self.reducer
+        self.is_main = self.reducer is None or self.reducer.rank == 0
+        self.activation_sample = activation_sample
+        self._samples: dict[str, torch.Tensor] = {}
+        self._logger = SinkLogger(sinks, self.log_every or self.every,
+                                  tensors=lambda: model_tensors(self.model, self._samples)
+                                  ) if sinks else None
+        if self._logger is not None and self.is_main:      # sinks write on rank 0 only
+            self.add_callback(self._logger)
+        self.alerts = list(alerts)
+        for alert in self.alerts:
+            alert.bind(self)
+            # every rank sees the same merged record: all of them raise at the same step
+            if self.is_main or alert.policy == "raise":
+                self.add_callback(alert)
+
+    def _keeps_samples(self) -> bool:
+        return (self._logger is not None and self.is_main and self._logger.wants_histograms
+                and self._logger.is_log_step(self._step))
