@@ -3,7 +3,12 @@
 A case is one page of the catalogue: a module under `broken_models/<family>/<name>.py` that holds
 a broken training script, the same script with the bug fixed, and a few lines of metadata:
 
-    TITLE, SYMPTOM, EXPECTED, SECONDARY, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+    TITLE, SYMPTOM, EXPECTED, CAUSES, CONSEQUENCES, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+
+EXPECTED are the codes the tool must report on the broken script. CAUSES are the codes that name
+the bug itself (any of them is a right diagnosis); CONSEQUENCES the codes the bug also produces
+downstream (a blow-up seen as LR_TOO_HIGH, say): they are explained, not wrong findings, but
+naming one as the diagnosis names a consequence, not the cause.
     symptom_seen(metrics) -> bool     # is the symptom a user would notice there?
     target_reached(metrics) -> bool   # did the run learn what it should?
     train_broken(seed) -> Outcome     # the buggy script
@@ -87,7 +92,7 @@ class Run:
     symptom_seen: bool
     target_reached: bool
     expected: tuple[str, ...]
-    secondary: tuple[str, ...]
+    secondary: tuple[str, ...]      # explained too: the case's causes and consequences
     seconds: float
     debugger: Any = field(default=None, repr=False)
     report: Any = field(default=None, repr=False)
@@ -134,7 +139,8 @@ class Case:
     family: str
     symptom: str
     expected: tuple[str, ...]
-    secondary: tuple[str, ...]
+    causes: tuple[str, ...]
+    consequences: tuple[str, ...]
     tool: str
     lesson: str
     fix: str
@@ -155,9 +161,18 @@ class Case:
             raise ValueError(f"{self.name}: unknown lesson section {self.lesson!r}")
         if not self.expected:
             raise ValueError(f"{self.name}: a case must expect at least one code")
-        for code in (*self.expected, *self.secondary):
+        for code in (*self.expected, *self.causes, *self.consequences):
             if code not in CODES:
                 raise ValueError(f"{self.name}: unknown diagnosis code {code!r}")
+        if not self.causes or set(self.causes) & set(self.consequences):
+            raise ValueError(f"{self.name}: CAUSES must be non-empty and apart from CONSEQUENCES")
+        if not set(self.expected) <= set(self.causes) | set(self.consequences):
+            raise ValueError(f"{self.name}: every EXPECTED code is a cause or a consequence")
+
+    @property
+    def secondary(self) -> tuple[str, ...]:
+        """Codes the case explains beyond the expected ones (causes and consequences)."""
+        return tuple(c for c in (*self.causes, *self.consequences) if c not in self.expected)
 
     @classmethod
     def from_module(cls, module: ModuleType) -> "Case":
@@ -165,7 +180,8 @@ class Case:
         *_, family, name = module.__name__.split(".")
         return cls(
             name=name, family=family, title=module.TITLE, symptom=module.SYMPTOM,
-            expected=tuple(module.EXPECTED), secondary=tuple(getattr(module, "SECONDARY", ())),
+            expected=tuple(module.EXPECTED), causes=tuple(module.CAUSES),
+            consequences=tuple(module.CONSEQUENCES),
             tool=module.TOOL, lesson=module.LESSON, fix=module.FIX, target=module.TARGET,
             train_broken=module.train_broken, train_fixed=module.train_fixed,
             symptom_check=module.symptom_seen, target_check=module.target_reached,

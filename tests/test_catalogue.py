@@ -5,6 +5,7 @@ ones train every case, broken and fixed, for seeds 0, 1 and 2.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -183,3 +184,12 @@ def test_fixed_run_is_healthy(name, seed):
 
 def test_package_exports_its_api():
     assert set(broken_models.__all__) >= {"CATALOGUE", "Case", "Outcome", "Run", "get_case"}
+
+
+def test_a_card_keeps_its_causes_apart_from_their_consequences():
+    case = CATALOGUE["missing_zero_grad"]
+    assert case.causes == ("MISSING_ZERO_GRAD",) and "LR_TOO_HIGH" in case.consequences
+    with pytest.raises(ValueError, match="apart from CONSEQUENCES"):
+        dataclasses.replace(case, consequences=("MISSING_ZERO_GRAD",))
+    with pytest.raises(ValueError, match="cause or a consequence"):
+        dataclasses.replace(case, expected=("OVERFITTING",))

@@ -67,7 +67,7 @@ def test_clinic_runs_a_family_in_parallel(tmp_path, capsys):
 
 def test_clinic_exits_nonzero_on_a_misdiagnosis(monkeypatch, capsys):
     real = CATALOGUE["zero_grad_after_backward"]
-    wrong = dataclasses.replace(real, expected=("OVERFITTING",))  # a card that expects the wrong code
+    wrong = dataclasses.replace(real, expected=("OVERFITTING",), causes=("OVERFITTING",))  # a wrong card
     monkeypatch.setitem(CATALOGUE, "zero_grad_after_backward", wrong)
     assert main(["clinic", "--case", "zero_grad_after_backward", "--no-report", "--jobs", "1"]) == 1
     captured = capsys.readouterr()

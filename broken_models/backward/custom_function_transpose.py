@@ -18,7 +18,8 @@ from broken_models.datasets import digits, scores
 TITLE = "A custom autograd.Function with a transposed gradient"
 SYMPTOM = "The loss stalls near 0.5 and accuracy below 90%, where nn.Linear reaches 0.06 and 96%."
 EXPECTED = ("GRADIENT_MISMATCH",)
-SECONDARY = ()
+CAUSES = ("GRADIENT_MISMATCH",)
+CONSEQUENCES = ()
 TOOL = "gradient_check"
 LESSON = "Technique 1: gradient checking"
 FIX = "Return grad_output.T @ x (shape out x in) as the weight's gradient, not x.T @ grad_output."

@@ -15,7 +15,8 @@ from broken_models.datasets import digits
 TITLE = "A transposed weight gradient in the NumPy mini-framework"
 SYMPTOM = "The loss stalls above 0.2 and accuracy sags, where the correct backward reaches 0.05 and 96%."
 EXPECTED = ("GRADIENT_MISMATCH",)
-SECONDARY = ()
+CAUSES = ("GRADIENT_MISMATCH",)
+CONSEQUENCES = ()
 TOOL = "gradient_check"
 LESSON = "Technique 1: gradient checking"
 FIX = "In Linear.backward, the weight's gradient is grad_out.T @ x (out x in); drop the transpose."

@@ -16,7 +16,8 @@ from broken_models.datasets import Split
 TITLE = "A 20:1 class imbalance"
 SYMPTOM = "Training accuracy is about 96%, yet the model misses half or more of the rare class."
 EXPECTED = ("CLASS_IMBALANCE",)
-SECONDARY = ()
+CAUSES = ("CLASS_IMBALANCE",)
+CONSEQUENCES = ()
 TOOL = "data_validator"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Re-balance the training set (here: repeat the rare class 20 times) or weight the loss."

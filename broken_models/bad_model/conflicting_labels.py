@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Identical inputs with different labels"
 SYMPTOM = "Training accuracy cannot reach 100%, even for a network big enough to memorise."
 EXPECTED = ("CONFLICTING_LABELS",)
-SECONDARY = ()
+CAUSES = ("CONFLICTING_LABELS",)
+CONSEQUENCES = ()
 TOOL = "data_validator"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Resolve disagreements before merging label passes: keep only the labels both agree on."

@@ -17,7 +17,8 @@ from broken_models.datasets import accuracy, digits, scores
 TITLE = "model.eval() forgotten before evaluation"
 SYMPTOM = "Evaluating the same model twice gives two different validation accuracies."
 EXPECTED = ("TRAIN_MODE_DURING_EVAL",)
-SECONDARY = ()
+CAUSES = ("TRAIN_MODE_DURING_EVAL",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.eval() before every evaluation (and model.train() before training resumes)."

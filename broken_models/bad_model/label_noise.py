@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "20% of the labels flipped"
 SYMPTOM = "The network fits its training labels, yet validation accuracy falls to about 80%."
 EXPECTED = ("LABEL_NOISE",)
-SECONDARY = ()
+CAUSES = ("LABEL_NOISE",)
+CONSEQUENCES = ()
 TOOL = "label_issues"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Find the flagged samples with find_label_issues and relabel them (here: use the true labels)."

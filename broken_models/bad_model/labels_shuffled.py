@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Labels shuffled independently of the inputs"
 SYMPTOM = "The training loss falls, but validation accuracy stays at chance (about 10%)."
 EXPECTED = ("LABELS_SHUFFLED",)
-SECONDARY = ()
+CAUSES = ("LABELS_SHUFFLED",)
+CONSEQUENCES = ()
 TOOL = "label_issues"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Shuffle inputs and labels with one permutation: x[order], y[order]."

@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "A large model on little data"
 SYMPTOM = "Training accuracy is 100%, validation accuracy 15 points lower; validation loss climbs."
 EXPECTED = ("OVERFITTING",)
-SECONDARY = ()
+CAUSES = ("OVERFITTING",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Train on more data (here 500 images instead of 50); add weight decay or stop early."

@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Data sorted by label and not shuffled"
 SYMPTOM = "Each batch's loss falls, yet validation accuracy ends several points below the shuffled run's 93%."
 EXPECTED = ("UNSHUFFLED_BATCHES",)
-SECONDARY = ()
+CAUSES = ("UNSHUFFLED_BATCHES",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Shuffle the training set every epoch (a new torch.randperm, or DataLoader(shuffle=True))."

@@ -16,7 +16,8 @@ from broken_models.datasets import accuracy, digits, mlp, rows_in, scores
 TITLE = "Test rows copied into the training set"
 SYMPTOM = "The test score is inflated: rows the model trained on score 100%, the rest do not."
 EXPECTED = ("DUPLICATES_ACROSS_SPLITS",)
-SECONDARY = ()
+CAUSES = ("DUPLICATES_ACROSS_SPLITS",)
+CONSEQUENCES = ()
 TOOL = "data_validator"
 LESSON = "Symptom 2: the loss decreases but the model is bad"
 FIX = "Split first, then de-duplicate across splits: never train on a test row."

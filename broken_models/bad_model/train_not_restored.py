@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = "model.train() not restored after validation"
 SYMPTOM = "Dropout has no effect: the training loss ends 4x lower than dropout allows, below 0.02."
 EXPECTED = ("EVAL_MODE_DURING_TRAINING",)
-SECONDARY = ()
+CAUSES = ("EVAL_MODE_DURING_TRAINING",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.train() after each validation pass (at the top of every training epoch)."

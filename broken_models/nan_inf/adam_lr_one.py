@@ -17,7 +17,8 @@ from broken_models.datasets import mse, mlp, regression
 TITLE = "Adam at lr=1 on a deep net"
 SYMPTOM = "The second loss printed is inf, and every one after it is nan."
 EXPECTED = ("LR_TOO_HIGH", "NAN_OR_INF")
-SECONDARY = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "DEAD_NEURONS")  # all from the blow-up
+CAUSES = ("LR_TOO_HIGH",)
+CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "DEAD_NEURONS")  # all from the blow-up
 TOOL = "monitor"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Use Adam's usual learning rate, 1e-3."

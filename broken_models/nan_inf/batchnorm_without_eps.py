@@ -18,7 +18,8 @@ from broken_models.datasets import digits, scores
 TITLE = "Batch norm by hand, without epsilon"
 SYMPTOM = "The very first loss is nan."
 EXPECTED = ("DIVISION_BY_ZERO",)
-SECONDARY = ()
+CAUSES = ("DIVISION_BY_ZERO",)
+CONSEQUENCES = ()
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."

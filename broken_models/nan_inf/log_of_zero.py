@@ -19,7 +19,8 @@ from broken_models.datasets import blobs, scores
 TITLE = "Hand-written cross-entropy without a clamp"
 SYMPTOM = "The loss falls nicely for a few steps, then prints nan."
 EXPECTED = ("LOG_OF_ZERO",)
-SECONDARY = ()
+CAUSES = ("LOG_OF_ZERO",)
+CONSEQUENCES = ()
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Clamp the probabilities to [1e-7, 1 - 1e-7] before log (or use nn.BCEWithLogitsLoss)."

@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "NaN rows in the training data"
 SYMPTOM = "The loss is nan from the very first step."
 EXPECTED = ("NONFINITE_INPUT",)
-SECONDARY = ()
+CAUSES = ("NONFINITE_INPUT",)
+CONSEQUENCES = ()
 TOOL = "data_validator"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Drop (or impute) the rows that hold NaN before training: keep x[torch.isfinite(x).all(1)]."

@@ -18,7 +18,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Softmax without subtracting the maximum"
 SYMPTOM = "Accuracy is climbing when the loss suddenly prints inf or nan."
 EXPECTED = ("EXP_OVERFLOW",)
-SECONDARY = ()
+CAUSES = ("EXP_OVERFLOW",)
+CONSEQUENCES = ()
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Subtract the row maximum from the logits before exp (or use F.log_softmax)."

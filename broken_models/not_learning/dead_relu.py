@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Dead ReLUs from weights of -1 and biases of -5"
 SYMPTOM = "The loss is stuck near ln(10) = 2.30 and accuracy stays at chance (about 10%)."
 EXPECTED = ("DEAD_NEURONS",)
-SECONDARY = ("SYMMETRIC_WEIGHTS",)  # a constant init is also symmetric: both are true
+CAUSES = ("DEAD_NEURONS", "SYMMETRIC_WEIGHTS")  # a constant init is also symmetric: both are true
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Drop the hand-made initialisation and keep PyTorch's default (Kaiming-uniform) init."

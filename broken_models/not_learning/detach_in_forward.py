@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = ".detach() inside forward"
 SYMPTOM = "Accuracy plateaus far below what the architecture should reach."
 EXPECTED = ("NO_GRADIENT",)
-SECONDARY = ()
+CAUSES = ("NO_GRADIENT",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the .detach() on the path from the inputs to the loss."

@@ -16,7 +16,8 @@ from broken_models.datasets import blobs, mlp, scores
 TITLE = "A 20-layer ReLU net with a large initialisation"
 SYMPTOM = "The first loss is in the thousands and training ends at NaN or near chance."
 EXPECTED = ("EXPLODING_GRADIENT",)
-SECONDARY = ("EXPLODING_ACTIVATIONS", "NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
+CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Initialise with Kaiming (std = sqrt(2 / fan_in)) instead of std 0.5, or add normalisation."

@@ -17,7 +17,8 @@ from broken_models.datasets import scores, sequences
 TITLE = "A vanilla RNN with large recurrent weights"
 SYMPTOM = "The first loss is 20-200x the ln(2) = 0.69 of a fresh classifier; accuracy stalls below 90%."
 EXPECTED = ("EXPLODING_GRADIENT",)
-SECONDARY = ("EXPLODING_ACTIVATIONS", "NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
+CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Initialise the recurrent weights orthogonally with gain 1 (not 1.5)."

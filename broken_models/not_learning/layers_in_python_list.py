@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = "Hidden layers in a plain Python list"
 SYMPTOM = "Accuracy plateaus far below what the architecture should reach."
 EXPECTED = ("PARAMS_NOT_UPDATED",)
-SECONDARY = ()
+CAUSES = ("PARAMS_NOT_UPDATED",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Keep sub-layers in nn.ModuleList (or nn.Sequential), never in a plain list."

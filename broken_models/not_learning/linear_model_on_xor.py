@@ -16,7 +16,8 @@ from broken_models.datasets import mlp, scores, xor
 TITLE = "A linear model on XOR-shaped data"
 SYMPTOM = "Training and validation accuracy both stay near chance (50%)."
 EXPECTED = ("UNDERFITTING",)
-SECONDARY = ()
+CAUSES = ("UNDERFITTING",)
+CONSEQUENCES = ()
 TOOL = "overfit"
 LESSON = "Technique 4: overfit one batch"
 FIX = "Add capacity: one hidden layer (2 -> 32 -> 2 with ReLU) is enough."

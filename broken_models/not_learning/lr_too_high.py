@@ -18,7 +18,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "SGD with a learning rate of 10"
 SYMPTOM = "The loss bounces around and ends no lower than where it started (or turns NaN)."
 EXPECTED = ("LR_TOO_HIGH",)
-SECONDARY = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
+CAUSES = ("LR_TOO_HIGH",)
+CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."

@@ -15,7 +15,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "SGD with a learning rate of 1e-6"
 SYMPTOM = "The loss is flat: after 150 steps it has fallen by less than 1%."
 EXPECTED = ("LR_TOO_LOW",)
-SECONDARY = ()
+CAUSES = ("LR_TOO_LOW",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Raise the learning rate to 0.2; try values a factor of 10 apart before blaming anything else."

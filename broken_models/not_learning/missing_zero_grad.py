@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "optimizer.zero_grad() is never called"
 SYMPTOM = "The loss falls for a few steps, then climbs into the hundreds or thousands."
 EXPECTED = ("MISSING_ZERO_GRAD",)
-SECONDARY = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")  # the summed gradient grows without bound
+CAUSES = ("MISSING_ZERO_GRAD",)
+CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")  # the summed gradient grows without bound
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Call optimizer.zero_grad() at the start of every step, before loss.backward()."

@@ -18,7 +18,8 @@ from broken_models.datasets import digits, scores
 TITLE = "Optimizer built before the head was replaced"
 SYMPTOM = "The loss does not move and accuracy stays at chance, although the code 'trains'."
 EXPECTED = ("PARAMS_NOT_UPDATED",)
-SECONDARY = ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT")  # optimizer.zero_grad() never clears the new head
+CAUSES = ("PARAMS_NOT_UPDATED",)
+CONSEQUENCES = ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT")  # optimizer.zero_grad() never clears the new head
 TOOL = "monitor"
 LESSON = "Technique 4: overfit one batch"
 FIX = "Build the optimizer after the model is final (after replacing the head)."

@@ -17,7 +17,8 @@ from broken_models.datasets import blobs, scores
 TITLE = "A residual stack without normalisation"
 SYMPTOM = "The first loss is in the thousands; activations grow block after block."
 EXPECTED = ("EXPLODING_ACTIVATIONS",)
-SECONDARY = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the blow-up and what it leaves
+CAUSES = ("EXPLODING_ACTIVATIONS",)
+CONSEQUENCES = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the blow-up and what it leaves
 TOOL = "monitor"
 LESSON = "Technique 2: activation statistics"
 FIX = "Normalise inside each block (pre-norm: x + f(LayerNorm(x)))."

@@ -16,7 +16,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "Scheduler stepped every batch instead of every epoch"
 SYMPTOM = "The loss drops briefly, then freezes well above where it should end."
 EXPECTED = ("LR_DECAYED",)
-SECONDARY = ()
+CAUSES = ("LR_DECAYED",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Call scheduler.step() once per epoch, after the batch loop."

@@ -19,7 +19,8 @@ from broken_models.datasets import blobs, mlp, scores
 TITLE = "Inputs scaled by 1000"
 SYMPTOM = "The first loss is in the hundreds and training ends at NaN or far from the target."
 EXPECTED = ("UNNORMALIZED_INPUTS",)
-SECONDARY = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH", "NAN_OR_INF", "DEAD_NEURONS")  # the blow-up and its aftermath
+CAUSES = ("UNNORMALIZED_INPUTS",)
+CONSEQUENCES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH", "NAN_OR_INF", "DEAD_NEURONS")  # the blow-up and its aftermath
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Standardise the inputs ((x - mean) / std, with training-split statistics)."

@@ -16,7 +16,8 @@ from broken_models.datasets import blobs, mlp, scores
 TITLE = "A 20-layer sigmoid MLP"
 SYMPTOM = "The loss stays at chance, ln(4) = 1.39, and accuracy near 25%."
 EXPECTED = ("VANISHING_GRADIENT",)
-SECONDARY = ("COLLAPSED_ACTIVATIONS",)  # the deep layers' outputs no longer depend on the input
+CAUSES = ("VANISHING_GRADIENT",)
+CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # the deep layers' outputs no longer depend on the input
 TOOL = "monitor"
 LESSON = "Technique 3: gradient flow"
 FIX = "Use ReLU with Kaiming initialisation (or add normalisation or residual connections)."

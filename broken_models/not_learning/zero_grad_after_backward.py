@@ -16,7 +16,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "zero_grad() called between backward() and step()"
 SYMPTOM = "The loss is exactly flat: every step prints the same number."
 EXPECTED = ("PARAMS_NOT_UPDATED",)
-SECONDARY = ()
+CAUSES = ("PARAMS_NOT_UPDATED",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call optimizer.zero_grad() before loss.backward(), never between backward() and step()."

@@ -17,7 +17,8 @@ from broken_models.datasets import digits, mlp, scores
 TITLE = "All-zero initialisation"
 SYMPTOM = "The loss stays at ln(10) = 2.30 and accuracy at chance (about 10%)."
 EXPECTED = ("SYMMETRIC_WEIGHTS",)
-SECONDARY = ("COLLAPSED_ACTIVATIONS",)  # identical units give identical (zero) outputs
+CAUSES = ("SYMMETRIC_WEIGHTS",)
+CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # identical units give identical (zero) outputs
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Keep PyTorch's random default initialisation (or Xavier for tanh); never a constant."

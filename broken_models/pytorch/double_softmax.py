@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = "Softmax before nn.CrossEntropyLoss"
 SYMPTOM = "The loss stalls above 1.46, however long it trains; learning is slow."
 EXPECTED = ("DOUBLE_SOFTMAX",)
-SECONDARY = ()
+CAUSES = ("DOUBLE_SOFTMAX",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the softmax from the model: CrossEntropyLoss takes logits."

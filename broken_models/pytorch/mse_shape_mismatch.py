@@ -16,7 +16,8 @@ from broken_models.datasets import mlp, mse, regression
 TITLE = "MSELoss with (N, 1) predictions and (N,) targets"
 SYMPTOM = "Validation error stays at the targets' variance: the model predicts the mean for everyone."
 EXPECTED = ("LOSS_SHAPE_MISMATCH",)
-SECONDARY = ("DEAD_NEURONS",)  # a network that can only predict a constant lets its ReLUs die
+CAUSES = ("LOSS_SHAPE_MISMATCH",)
+CONSEQUENCES = ("DEAD_NEURONS",)  # a network that can only predict a constant lets its ReLUs die
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Make the shapes equal before the loss: model(x).squeeze(1)."

@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = "NLLLoss on raw logits"
 SYMPTOM = "The loss goes negative and keeps falling without bound."
 EXPECTED = ("NLL_WITHOUT_LOG_SOFTMAX",)
-SECONDARY = ("EXPLODING_ACTIVATIONS",)  # the logits grow without limit: that is the bug at work
+CAUSES = ("NLL_WITHOUT_LOG_SOFTMAX",)
+CONSEQUENCES = ("EXPLODING_ACTIVATIONS",)  # the logits grow without limit: that is the bug at work
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Add nn.LogSoftmax(dim=1) before NLLLoss (or use CrossEntropyLoss on the logits)."

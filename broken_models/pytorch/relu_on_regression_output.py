@@ -17,7 +17,8 @@ from broken_models.datasets import mse, regression
 TITLE = "ReLU on a regression output with negative targets"
 SYMPTOM = "The model never predicts a negative value; validation error plateaus high."
 EXPECTED = ("OUTPUT_RANGE_MISMATCH",)
-SECONDARY = ("DEAD_NEURONS",)  # the output ReLU itself sits at 0 for every sample
+CAUSES = ("OUTPUT_RANGE_MISMATCH",)
+CONSEQUENCES = ("DEAD_NEURONS",)  # the output ReLU itself sits at 0 for every sample
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Drop the final ReLU: a regression output is a plain nn.Linear."

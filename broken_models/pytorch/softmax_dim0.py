@@ -17,7 +17,8 @@ from broken_models.datasets import digits, scores
 TITLE = "Softmax over the batch dimension (dim=0)"
 SYMPTOM = "The loss never gets below about 4.7, although the accuracy looks fine."
 EXPECTED = ("SOFTMAX_WRONG_DIM",)
-SECONDARY = ()
+CAUSES = ("SOFTMAX_WRONG_DIM",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Normalise over the classes: nn.LogSoftmax(dim=1) (or dim=-1)."

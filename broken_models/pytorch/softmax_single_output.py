@@ -17,7 +17,8 @@ from broken_models.datasets import blobs, scores
 TITLE = "Softmax on a single output unit"
 SYMPTOM = "The loss never moves, and every sample gets the same prediction, exactly 1.0."
 EXPECTED = ("COLLAPSED_ACTIVATIONS",)
-SECONDARY = ()
+CAUSES = ("COLLAPSED_ACTIVATIONS",)
+CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Technique 2: activation statistics"
 FIX = "Use nn.Sigmoid() on a single output unit (softmax needs at least two)."

@@ -19,7 +19,8 @@ from broken_models.datasets import scores, sequences
 TITLE = "view() across the batch dimension"
 SYMPTOM = "Accuracy stays well below what the model reaches with transpose; outputs change with the batch."
 EXPECTED = ("BATCH_MIXING",)
-SECONDARY = ()
+CAUSES = ("BATCH_MIXING",)
+CONSEQUENCES = ()
 TOOL = "batch_independence"
 LESSON = "Common PyTorch bugs"
 FIX = "Use x.transpose(0, 1) (or permute) to move the batch axis, never view/reshape."
