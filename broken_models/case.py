@@ -129,6 +129,19 @@ class Run:
 
 TrainFn = Callable[[int], Outcome]
 
+MAX_SEED = 2**32 - 1
+"""The largest seed every generator the scripts use accepts (NumPy's limit)."""
+
+
+def check_seed(seed: Any) -> int:
+    """`seed` if it is a whole number in [0, MAX_SEED]; else a TypeError or ValueError saying why
+    (a negative seed would crash NumPy inside the script and look like a misdiagnosis)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+    return seed
+
 
 @dataclass(frozen=True)
 class Case:
@@ -206,8 +219,7 @@ class Case:
         return self._judge(train_fn, seed, which)
 
     def _judge(self, train_fn: TrainFn, seed: int, which: str) -> Run:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        check_seed(seed)
         start = time.perf_counter()
         with warnings.catch_warnings():  # the broken scripts trip torch warnings on purpose
             warnings.simplefilter("ignore")

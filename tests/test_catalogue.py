@@ -193,3 +193,19 @@ def test_a_card_keeps_its_causes_apart_from_their_consequences():
         dataclasses.replace(case, consequences=("MISSING_ZERO_GRAD",))
     with pytest.raises(ValueError, match="cause or a consequence"):
         dataclasses.replace(case, expected=("OVERFITTING",))
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**32, ValueError), (1.5, TypeError),
+                                         (True, TypeError), ("3", TypeError)])
+def test_bad_seeds_get_a_clear_error_before_anything_trains(seed, error):
+    case = CATALOGUE["lr_too_high"]
+    ran = []
+
+    def repair(s):  # never reached: the seed is refused first
+        ran.append(s)
+        return case.train_fixed(s)
+
+    for call in (case.run_broken, case.run_fixed, lambda s: case.evaluate(repair, s)):
+        with pytest.raises(error, match="seed must be"):
+            call(seed)
+    assert ran == []

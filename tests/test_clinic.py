@@ -87,3 +87,11 @@ def test_makefile_runs_the_clinic():
 
     makefile = (Path(broken_models.__file__).parent.parent / "Makefile").read_text()
     assert "$(BIN)/nndebug clinic" in makefile
+
+
+@pytest.mark.parametrize("seed", ["-1", "abc", "1.5", str(2**32)])
+def test_clinic_refuses_a_bad_seed_with_a_usage_error(seed, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["clinic", "--seed", seed, "--no-report"])
+    assert exit_.value.code == 2
+    assert "seed must be" in capsys.readouterr().err

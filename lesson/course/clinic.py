@@ -20,11 +20,23 @@ from typing import Any
 DEFAULT_OUT = "nndebug-report"
 
 
+def seed_argument(text: str) -> int:
+    """argparse type for --seed: a clear usage error (exit 2) for a bad seed."""
+    from broken_models.case import check_seed
+
+    try:
+        return check_seed(int(text))
+    except ValueError as err:
+        message = str(err) if text.lstrip("-").isdigit() else f"seed must be an int, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--case", action="append", metavar="NAME",
                         help="run only this case (repeat for several); see `nndebug list`")
     parser.add_argument("--family", metavar="NAME", help="run only one family of cases")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of every run (default 0)")
+    parser.add_argument("--seed", type=seed_argument, default=0,
+                        help="random seed of every run, 0 to 2**32-1 (default 0)")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                         help=f"report folder (default {DEFAULT_OUT}/)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),

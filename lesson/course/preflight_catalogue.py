@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from lesson.course.clinic import seed_argument
 from lesson.course.preflight import (PreflightReport, inputs_from_factory, load_factory,
                                      preflight)
 
@@ -270,7 +271,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--fixed", action="store_true", help="with --case: the fixed script")
     parser.add_argument("--steps", type=int, default=60, help="steps of the short training")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_argument, default=0)
     parser.add_argument("--samples", type=Path, default=Path(".nndebug/preflight-samples.png"),
                         help="where to save the picture of five samples (images only)")
     parser.add_argument("--all", action="store_true", help="run every check, even after a failure")
@@ -311,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lesson.course.preflight_catalogue",
                                      description="preflight on every catalogue case")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_argument, default=0)
     parser.add_argument("--no-label-signal", action="store_true",
                         help="skip the label check (two short trainings per case reaching it)")
     args = parser.parse_args(argv)

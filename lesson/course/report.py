@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lesson.course.artifacts import OUTPUTS, PROMPT
+from lesson.course.clinic import seed_argument
 from lesson.findings import Finding, sort_findings
 
 FORMAT = "nndebug-report"
@@ -250,7 +251,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("json", nargs="?", type=Path, help="a report saved as JSON")
     source.add_argument("--case", help="run this catalogue case's broken script and report it")
-    parser.add_argument("--seed", type=int, default=0, help="seed for --case (default 0)")
+    parser.add_argument("--seed", type=seed_argument, default=0, help="seed for --case (default 0)")
     parser.add_argument("-o", "--output", type=Path, help="write the prompt here, not to stdout")
     parser.add_argument("--save-json", type=Path, help="also save the report as JSON")
     parser.add_argument("--report-only", action="store_true",
