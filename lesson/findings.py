@@ -6,7 +6,7 @@ them, the debugger *finds* them, the checklist and the prompt *explain* them, th
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
@@ -254,6 +254,10 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     advice: str = ""
     step: int | None = None
+    #: the code of the finding of the same run that explains this one (see EXPLAINS), if any
+    explained_by: str | None = None
+    #: the codes of the findings this one explains
+    explains: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.code not in CODES:
@@ -267,19 +271,75 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (evidence values must already be plain numbers or strings)."""
-        return asdict(self) | {"severity": self.severity.name}
+        return asdict(self) | {"explains": list(self.explains), "severity": self.severity.name}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Finding":
-        keys = {"code", "message", "layer", "evidence", "advice", "step"}
-        return cls(**{k: v for k, v in data.items() if k in keys})
+        keys = {"code", "message", "layer", "evidence", "advice", "step", "explained_by"}
+        return cls(**{k: v for k, v in data.items() if k in keys},
+                   explains=tuple(data.get("explains", ())))
 
     def __str__(self) -> str:
         where = f" [{self.layer}]" if self.layer else ""
         return f"{self.code}{where}: {self.message}"
 
 
+#: cause -> the codes it can produce downstream. A missing zero_grad() makes the summed
+#: gradients grow, which reads as a learning rate too high, then as exploding gradients and NaN.
+#: Some pairs go both ways (a too-high rate blows activations up; blown-up activations make the
+#: loss climb as a too-high rate does): within one run, the one seen first explains the other.
+EXPLAINS: dict[str, tuple[str, ...]] = {
+    "PARAMS_NOT_UPDATED": ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT"),
+    "MISSING_ZERO_GRAD": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
+                          "NAN_OR_INF"),
+    "UNNORMALIZED_INPUTS": ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH",
+                            "NAN_OR_INF", "DEAD_NEURONS"),
+    "SYMMETRIC_WEIGHTS": ("COLLAPSED_ACTIVATIONS",),
+    "VANISHING_GRADIENT": ("COLLAPSED_ACTIVATIONS",),
+    "LOSS_SHAPE_MISMATCH": ("DEAD_NEURONS",),
+    "OUTPUT_RANGE_MISMATCH": ("DEAD_NEURONS",),
+    "NLL_WITHOUT_LOG_SOFTMAX": ("EXPLODING_ACTIVATIONS",),
+    "LR_TOO_HIGH": ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS"),
+    "EXPLODING_ACTIVATIONS": ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS"),
+    "EXPLODING_GRADIENT": ("NAN_OR_INF", "LR_TOO_HIGH"),
+}
+
+
+def _explains(a: Finding, b: Finding) -> bool:
+    """Does finding `a` explain finding `b` of the same run?"""
+    if b.code not in EXPLAINS.get(a.code, ()):
+        return False
+    if a.code not in EXPLAINS.get(b.code, ()):
+        return True
+    first = lambda f: (f.step if f.step is not None else -1)  # noqa: E731 (None: from the start)
+    if first(a) != first(b):
+        return first(a) < first(b)
+    return list(EXPLAINS).index(a.code) < list(EXPLAINS).index(b.code)
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most important first: by severity, then by the teaching order of the codes."""
+    """Cause first: findings nothing else explains, then what they explain (EXPLAINS), each
+    group by severity and then the teaching order of the codes. The findings come back as
+    copies linked to each other (`explained_by`, `explains`)."""
     order = {name: i for i, name in enumerate(CODES)}
-    return sorted(findings, key=lambda f: (-f.severity, order[f.code]))
+    plain = sorted((replace(f, explained_by=None, explains=()) for f in findings),
+                   key=lambda f: (-f.severity, order[f.code]))
+    depth: dict[int, int] = {}     # the longest chain of explanations above each finding
+    explainer: dict[int, int] = {}
+    for _ in plain:                # a DAG within one run, but bounded all the same
+        changed = False
+        for i, b in enumerate(plain):
+            options = [(depth.get(j, 0), -j) for j, a in enumerate(plain)
+                       if j != i and _explains(a, b) and explainer.get(j) != i]
+            if options:
+                d, j = max(options)
+                if depth.get(i) != d + 1 or explainer.get(i) != -j:
+                    depth[i], explainer[i], changed = d + 1, -j, True
+        if not changed:
+            break
+    for i, j in explainer.items():
+        plain[i].explained_by = plain[j].code
+        plain[j].explains = tuple(dict.fromkeys((*plain[j].explains, plain[i].code)))
+    ranked = sorted(range(len(plain)), key=lambda i: (depth.get(i, 0), -plain[i].severity,
+                                                       order[plain[i].code]))
+    return [plain[i] for i in ranked]

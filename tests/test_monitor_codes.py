@@ -78,7 +78,9 @@ def test_lr_too_high_with_nan_also_reports_nan():
     assert not torch.isfinite(torch.tensor(losses[-1]))
     found = codes(dbg)
     assert "LR_TOO_HIGH" in found and "NAN_OR_INF" in found
-    assert found[0] == "NAN_OR_INF"                 # the most severe first
+    assert found[0] == "LR_TOO_HIGH"                # the cause first, then what it explains
+    nan = next(f for f in dbg.diagnose() if f.code == "NAN_OR_INF")
+    assert nan.explained_by in {"LR_TOO_HIGH", "EXPLODING_GRADIENT"}   # directly or by a chain
 
 
 def test_lr_too_low():

@@ -12,7 +12,8 @@ from torch import nn
 from lesson.course import cli
 from lesson.course.artifacts import OUTPUTS, PROMPT
 from lesson.findings import Finding
-from lesson.course.report import (load_report, make_report, prompt_text, render_prompt, render_report,
+from lesson.course.report import (load_report, make_report, prompt_text, render_findings,
+                                  render_prompt, render_report,
                            report_from_debugger, save_report, validate_report)
 
 RECORD = {
@@ -43,7 +44,10 @@ def test_roundtrip_through_json_keeps_everything(tmp_path):
     assert back["findings"] == report["findings"]
     assert back["history"] == [RECORD]
     assert back["loss_history"][:3] == [2.3, 5.0, 40.0] and math.isnan(back["loss_history"][3])
-    assert [Finding.from_dict(f).code for f in back["findings"]] == ["NAN_OR_INF", "LR_TOO_HIGH"]
+    back_findings = [Finding.from_dict(f) for f in back["findings"]]
+    assert [f.code for f in back_findings] == ["LR_TOO_HIGH", "NAN_OR_INF"]   # the cause first
+    assert back_findings[1].explained_by == "LR_TOO_HIGH"
+    assert "Likely a consequence of `LR_TOO_HIGH`" in render_findings(back["findings"])
 
 
 def test_rendered_prompt_holds_the_prompt_and_the_evidence():

@@ -122,10 +122,10 @@ def _summary(results: dict[str, list[Finding]]) -> None:
     _banner("SUMMARY: what the debugger found")
     for name, findings in results.items():
         expected = EXPECTED[name]
-        codes = [f.code for f in findings]
+        codes = list(dict.fromkeys(f.code for f in findings))   # one mention per code
         ok = (expected in codes) if expected else not codes
-        print(f"  {name:<18} {', '.join(codes) or 'no findings':<50} "
-              f"{'as expected' if ok else 'UNEXPECTED'}")
+        verdict = "as expected" if ok else "UNEXPECTED"
+        print(f"  {name:<18} {verdict:<12} {', '.join(codes) or 'no findings'}")
 
 
 # -- nndebug demo --------------------------------------------------------------------------------

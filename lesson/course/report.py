@@ -163,6 +163,8 @@ def render_findings(findings: list[dict[str, Any]]) -> str:
         where = f" in `{f.layer}`" if f.layer else ""
         when = f", first seen at step {f.step}" if f.step is not None else ""
         lines.append(f"{i}. `{f.code}`{where} ({f.severity.name.lower()}{when}): {f.message}")
+        if f.explained_by:
+            lines.append(f"   Likely a consequence of `{f.explained_by}` (listed above): fix that first.")
         if f.evidence:
             lines.append("   Evidence: " + ", ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items()))
         lines.append(f"   Debugger's suggested fix: {f.advice}")

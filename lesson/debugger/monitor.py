@@ -513,7 +513,8 @@ class NetworkDebugger(Engine):
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
 
     def diagnose(self) -> list[Finding]:
-        """What is wrong, most important first; an empty list when the run looks healthy."""
+        """What is wrong, causes first (a finding that explains others comes before them and
+        they link to it: `explained_by`, `explains`); an empty list when the run looks healthy."""
         found = rules.evaluate(self.evidence(), self.thresholds)
         step = self._step
         for inspector in (self.loss_inspector, self.batch_inspector):

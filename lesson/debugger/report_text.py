@@ -21,18 +21,25 @@ def format_report(debugger: Any) -> str:
     losses = debugger.loss_history
     lines = ["", "=== NETWORK DEBUGGER REPORT ==="]
     if findings:
-        lines.append(f"\nFindings ({len(findings)}, most important first):")
+        lines.append(f"\nFindings ({len(findings)}, causes first):")
         for f in findings:
             where = f" [{f.layer}]" if f.layer else ""
             when = f" (from step {f.step})" if f.step is not None else ""
             lines.append(f"  {f.severity.name:<8} {f.code}{where}{when}: {f.message}")
+            if f.explained_by:
+                lines.append(f"           follows from {f.explained_by} (above): fix that first")
             if f.evidence:
                 lines.append("           evidence: " + ", ".join(
                     f"{k}={_num(v)}" for k, v in f.evidence.items() if v is not None))
             lines.append(f"           fix: {f.advice}")
+    verdict = debugger.check_loss_health()
+    if not findings:
+        lines.append("\nFindings: none, the run looks healthy." if verdict == "HEALTHY" else
+                     f"\nFindings: none from the statistics, but the loss says {verdict}.")
+    if verdict == "HEALTHY" and findings:   # never "healthy" beside findings that say otherwise
+        lines.append("\nLoss health: the curve falls, but the findings above are not healthy.")
     else:
-        lines.append("\nFindings: none, the run looks healthy.")
-    lines.append(f"\nLoss health: {debugger.check_loss_health()}")
+        lines.append(f"\nLoss health: {verdict}")
     if losses:
         lines.append(f"  Last 5 losses: {[f'{v:.4f}' for v in losses[-5:]]}")
     lines.append("\nPer-layer activation stats (latest statistics step):")
