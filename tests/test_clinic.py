@@ -20,6 +20,22 @@ def test_list_shows_every_case_by_family(capsys):
     assert "miniframework_transpose" in out and "lr_too_high" not in out
 
 
+def test_list_and_show_keep_titles_and_codes_behind_a_flag(capsys):
+    main(["list"])
+    out = capsys.readouterr().out
+    for case in CATALOGUE.values():
+        assert case.title not in out
+        assert not any(f"[{code}" in out or f" {code}]" in out for code in case.causes)
+    main(["list", "--spoilers"])
+    out = capsys.readouterr().out
+    assert all(case.title in out for case in CATALOGUE.values())
+    main(["show", "dead_relu"])
+    out = capsys.readouterr().out
+    case = CATALOGUE["dead_relu"]
+    assert case.title not in out and "DEAD_NEURONS" not in out
+    assert "def train_broken(seed: int)" in out        # the script to debug, by default
+
+
 def test_show_gives_the_symptom_first_and_the_bug_only_on_request(capsys):
     assert main(["show", "missing_zero_grad"]) == 0
     out = capsys.readouterr().out

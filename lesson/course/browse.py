@@ -1,8 +1,10 @@
 """`nndebug list` and `nndebug show CASE`: read the catalogue from the terminal.
 
-`list` prints the cases family by family. `show` prints a case's symptom first (what you would
-see in your own run), and only on request the answer: `--diff` adds the unified diff from the
-broken script to the fixed one, with the fix in one sentence and the lesson section to read.
+`list` prints the cases family by family with the symptom each shows. `show` prints a case's
+symptom and its broken script (what you would see in your own run), and only on request the
+answer: `--diff` adds the title, the codes, the unified diff from the broken script to the fixed
+one, the fix and the lesson section. Titles and codes name the bug, so `list` shows them only
+with `--spoilers`.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import textwrap
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     if command == "list":
         parser.add_argument("--family", metavar="NAME", help="list only one family")
+        parser.add_argument("--spoilers", action="store_true",
+                            help="also print each case's title and codes (they name the bug)")
     else:
         parser.add_argument("case", metavar="CASE", help="a case name from `nndebug list`")
         parser.add_argument("--diff", action="store_true",
@@ -26,8 +30,9 @@ def _wrap(label: str, text: str) -> str:
     return textwrap.fill(text, width=96, initial_indent=f"{label:<9}", subsequent_indent=" " * 9)
 
 
-def list_cases(family: str | None = None) -> str:
-    """The catalogue as text: one block per family, one line per case."""
+def list_cases(family: str | None = None, spoilers: bool = False) -> str:
+    """The catalogue as text: one block per family, one line per case (its symptom; with
+    `spoilers`, its title and codes)."""
     from broken_models import FAMILIES, by_family
 
     lines: list[str] = []
@@ -35,7 +40,8 @@ def list_cases(family: str | None = None) -> str:
     width = max((len(c.name) for cases in groups.values() for c in cases), default=0)
     for fam, cases in groups.items():
         lines.append(f"{FAMILIES[fam]}  ({fam}, {len(cases)} cases)")
-        lines += [f"  {c.name:<{width}}  {c.title}  [{', '.join(c.expected)}]" for c in cases]
+        lines += [f"  {c.name:<{width}}  " + (f"{c.title}  [{', '.join(c.expected)}]" if spoilers
+                                              else c.symptom) for c in cases]
         lines.append("")
     total = sum(len(c) for c in groups.values())
     lines.append(f"{total} cases. `nndebug show CASE` for one, `nndebug clinic` to diagnose them all.")
@@ -47,12 +53,12 @@ def show_case(name: str, diff: bool = False, source: str | None = None) -> str:
     from broken_models import FAMILIES, get_case
 
     case = get_case(name)
-    lines = [f"{case.name}: {case.title}", f"({FAMILIES[case.family]})", "",
+    lines = [f"{case.name}: {case.title}" if diff else case.name, f"({FAMILIES[case.family]})", "",
              _wrap("Symptom", case.symptom), _wrap("Tool", case.tool), ""]
-    if source:
-        lines += [case.source(source)]
+    lines += [case.source(source or "broken")]
     if not diff:
-        lines.append(f"Try to find the bug yourself; `nndebug show {case.name} --diff` reveals it.")
+        lines.append(f"Find the bug in the script above (run it with `{case.tool}` watching); "
+                     f"`nndebug show {case.name} --diff` reveals it, `--source fixed` prints the fix.")
         return "\n".join(lines)
     lines += [_wrap("Codes", ", ".join(case.expected)
                     + (f" (may also show: {', '.join(case.secondary)})" if case.secondary else "")),
@@ -66,7 +72,7 @@ def show_case(name: str, diff: bool = False, source: str | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.command == "list":
-            print(list_cases(args.family))
+            print(list_cases(args.family, spoilers=args.spoilers))
         else:
             print(show_case(args.case, diff=args.diff, source=args.source))
     except ValueError as exc:
