@@ -180,19 +180,52 @@ def test_watch_rechecks_when_the_notebook_is_saved(tmp_path, capsys):
 
     sleeps = []
 
-    def sleep(seconds):                  # the learner saves the notebook while we wait
+    def sleep(seconds):                  # the learner edits and saves the notebook while we wait
         sleeps.append(seconds)
-        path = ex1.released(root)
-        path.touch()
-        import os
-        st = path.stat()
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        for ex in (ex1, ex2):
+            _edit_an_answer(ex.released(root))
 
     code = commands.watch(root, [ex1, ex2], None, interval=0.5, max_checks=3, sleep=sleep,
                           checker=checker)
     assert code == 0
     assert checked == ["ex1_exploding_gradients", "ex1_exploding_gradients", "ex2_dead_neurons"]
     assert sleeps and all(s == 0.5 for s in sleeps)
+
+
+def _edit_an_answer(path):
+    import json
+    import os
+
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    cell["source"] = "".join(cell["source"]) + "\n# my attempt"
+    path.write_text(json.dumps(nb))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_watch_leaves_an_untouched_notebook_not_started(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients"])
+    ex1 = EXERCISES[0]
+    checked, sleeps = [], []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 3:             # a few polls later the learner edits and saves
+            _edit_an_answer(ex1.released(root))
+
+    code = commands.watch(root, [ex1], None, interval=0.5, max_checks=1, sleep=sleep,
+                          checker=lambda r, e: checked.append(e.name) or 1)
+    assert code == 0 and checked == ["ex1_exploding_gradients"] and len(sleeps) == 3
+    out = capsys.readouterr().out
+    assert "not started" in out and "FAIL" not in out
+    assert Progress(root).get(ex1.name).status == NOT_STARTED
+
+
+def test_an_ambiguous_prefix_lists_only_the_matching_exercises():
+    with pytest.raises(ValueError) as err:
+        find_exercise("clinic", EXERCISES)
+    assert "clinic1_not_learning" in str(err.value) and "ex1" not in str(err.value)
 
 
 def test_watch_stops_cleanly_on_ctrl_c(tmp_path, capsys):

@@ -41,10 +41,12 @@ def find_exercise(name: str, exercises: list[Exercise]) -> Exercise:
     """The exercise called `name` (a unique prefix such as "ex1" also works)."""
     exact = [e for e in exercises if e.name == name]
     matches = exact or [e for e in exercises if e.name.startswith(name)]
-    if len(matches) != 1:
+    if not matches:
         known = ", ".join(e.name for e in exercises)
-        what = "no exercise" if not matches else "more than one exercise"
-        raise ValueError(f"{what} matches {name!r}; the exercises are: {known}")
+        raise ValueError(f"no exercise matches {name!r}; the exercises are: {known}")
+    if len(matches) > 1:
+        raise ValueError(f"{name!r} matches more than one exercise: "
+                         f"{', '.join(e.name for e in matches)}")
     return matches[0]
 
 

@@ -192,6 +192,12 @@ def watch(root: Path, exercises: list[Exercise], chosen: Exercise | None, interv
             if not path.is_file():
                 raise ValueError(f"{path} does not exist")
             seen = path.stat().st_mtime_ns
+            if is_untouched(path):   # not started: nothing to check until the first save
+                print(f"{exercise.name}: not started. Open {path.relative_to(root)}, "
+                      "fill in the cells marked YOUR CODE HERE and save.")
+                while path.stat().st_mtime_ns == seen:
+                    sleep(interval)
+                continue
             passed = checker(root, exercise) == 0
             checks += 1
             if max_checks and checks >= max_checks:
