@@ -69,6 +69,20 @@ def test_gradient_flow_bars_are_the_last_norms(tmp_path):
     assert png.ndim == 3 and png.shape[0] > 300 and png.std() > 0.01
 
 
+def test_gradient_flow_of_all_zero_gradients_warns_nothing(tmp_path):
+    import warnings
+
+    dbg = FakeDebugger()
+    for rec in dbg.history:
+        for p in rec["params"].values():
+            p["grad_norm"] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # matplotlib's "no positive values" would raise here
+        fig = plot_gradient_flow(dbg, tmp_path / "flow.png")
+    assert fig.axes[0].get_yscale() == "linear"
+    assert plot_gradient_flow(FakeDebugger()).axes[0].get_yscale() == "log"
+
+
 def test_activations_heat_map_is_the_dead_fraction(tmp_path):
     dbg = FakeDebugger()
     fig = plot_activations(dbg, tmp_path / "act.png")

@@ -82,7 +82,11 @@ def plot_gradient_flow(debugger: Any, path: str | os.PathLike[str] | None = None
         top = np.nanmax(worst) if np.isfinite(worst).any() else 1.0
         bars.scatter(x[bad], np.full(bad.sum(), top), marker="x", color="red", zorder=3,
                      label="NaN/Inf gradient")
-    bars.set_yscale("log")
+    # log scale needs one positive norm; a run whose every gradient is 0 is drawn linear
+    scale = "log" if (np.isfinite(norms) & (norms > 0)).any() else "linear"
+    bars.set_yscale(scale)
+    if scale == "linear":
+        bars.set_title("every gradient norm is 0", loc="right", fontsize=8, color="red")
     bars.set_xticks(x, names, rotation=60, ha="right", fontsize=8)
     bars.set_ylabel("gradient norm")
     bars.set_title("Gradient flow (input on the left, output on the right)")
@@ -90,7 +94,7 @@ def plot_gradient_flow(debugger: Any, path: str | os.PathLike[str] | None = None
 
     for j, name in enumerate(names):
         lines.plot(steps, norms[:, j], label=name, linewidth=1)
-    lines.set_yscale("log")
+    lines.set_yscale(scale)
     lines.set_xlabel("step")
     lines.set_ylabel("gradient norm")
     lines.set_title("Gradient norms over training")
