@@ -152,7 +152,7 @@ def test_failure_message_names_the_error_or_the_failing_line():
     err = {"output_type": "error", "ename": "AssertionError", "evalue": "",
            "traceback": ["\x1b[31mAssertionError\x1b[39m",
                          "Cell In[3], line 2\n      1 x = 1\n----> 2 assert x == 2\n"]}
-    assert _failure_message([err]) == "AssertionError at: 2 assert x == 2"
+    assert _failure_message([err]) == "AssertionError\n    failing line: assert x == 2"
     named = {"output_type": "error", "ename": "NameError", "evalue": "name 'f' is not defined",
              "traceback": []}
     assert _failure_message([named]) == "NameError: name 'f' is not defined"

@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         help="the course repository (default: found from the current folder)")
     if command in {"check", "hint"}:
         parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1")
+    if command == "check":
+        parser.add_argument("--verbose", action="store_true",
+                            help="show everything the test cells print (default: a few lines)")
     if command in {"check", "watch", "exercises"}:
         parser.add_argument("--data-dir", type=Path, default=None,
                             help="a folder holding data sets on disk (e.g. cifar-10-batches-py); "
@@ -44,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "exercises":
             return show_progress(root, exercises, recheck=args.recheck)
         if args.command == "check":
-            return check(root, find_exercise(args.exercise, exercises), exercises)
+            return check(root, find_exercise(args.exercise, exercises), exercises,
+                         verbose=args.verbose)
         if args.command == "hint":
             return hint(root, find_exercise(args.exercise, exercises))
         if args.command == "watch":
@@ -112,13 +116,29 @@ def show_progress(root: Path, exercises: list[Exercise], recheck: bool = False) 
     return 0
 
 
-def report(exercise: Exercise, result: CheckResult, hints_shown: int) -> None:
-    """Each test's result, the first failure's message, and the offer of a hint."""
+#: lines of a test cell's printed output shown without --verbose
+PRINTED_LINES = 3
+
+
+def report(exercise: Exercise, result: CheckResult, hints_shown: int,
+           verbose: bool = False) -> None:
+    """In order: the first error in the student's own cells, each test's result with what it
+    printed, the first failure's message and failing line, and the offer of a hint."""
     print(f"\n{exercise.name}: {exercise.title}")
     if result.error:
         print(f"  the notebook did not finish: {result.error}")
+    err = result.answer_error
+    if err is not None:
+        where = f", line {err.line}" if err.line is not None else ""
+        print(f"  your code raised an error first, in {err.cell}{where}:\n    {err.error}\n"
+              "  (the tests below that use it fail because of it: fix this first)")
     for t in result.tests:
         print(f"  {'PASS' if t.passed else 'FAIL'}  {t.name} ({t.points:g} pt)")
+        lines = t.printed.splitlines()
+        for line in lines if verbose else lines[:PRINTED_LINES]:
+            print(f"          | {line}")
+        if not verbose and len(lines) > PRINTED_LINES:
+            print(f"          | ... ({len(lines) - PRINTED_LINES} more lines: --verbose)")
     earned, possible = result.score
     print(f"  score on the visible tests: {earned:g}/{possible:g}")
     failure = result.first_failure
@@ -133,14 +153,15 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int) -> None:
               f"{hints_shown + 1} of {len(exercise.hints)}.")
 
 
-def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = None) -> int:
+def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = None,
+          verbose: bool = False) -> int:
     path = exercise.released(root)
     if not path.is_file():
         raise ValueError(f"{path} does not exist")
     print(f"checking {path.relative_to(root)} ...", flush=True)
     result = run_notebook(path)
     record(root, exercise, result)
-    report(exercise, result, Progress(root).get(exercise.name).hints_shown)
+    report(exercise, result, Progress(root).get(exercise.name).hints_shown, verbose)
     if result.passed and exercises:
         following = exercises[exercises.index(exercise) + 1:] if exercise in exercises else []
         if following:

@@ -24,6 +24,16 @@ class CellResult:
     points: float
     passed: bool
     message: str = ""
+    printed: str = ""      # what the test cell wrote to stdout (a clipped value, an accuracy)
+
+
+@dataclass
+class CellError:
+    """The first error raised in a cell that is not a test: the student's own code."""
+
+    cell: str              # the answer cell's grade_id, or "cell N"
+    line: int | None
+    error: str             # "SyntaxError: invalid syntax"
 
 
 @dataclass
@@ -33,6 +43,7 @@ class CheckResult:
     notebook: Path
     tests: list[CellResult] = field(default_factory=list)
     error: str = ""    # the kernel died or could not start
+    answer_error: CellError | None = None
 
     @property
     def passed(self) -> bool:
@@ -48,22 +59,48 @@ class CheckResult:
         return (sum(t.points for t in self.tests if t.passed), sum(t.points for t in self.tests))
 
 
+def _traceback_lines(out: dict) -> list[str]:
+    return [ln for chunk in out.get("traceback", []) for ln in _ANSI.sub("", chunk).splitlines()]
+
+
 def _failure_message(outputs: list) -> str:
-    """The error's name and text; for a bare `assert`, the line that failed."""
+    """The error's name and text and, for a failed assert, the line that failed (an assert
+    whose message is only a value, `AssertionError: 7.0`, says little without its line)."""
     for out in outputs:
         if out.get("output_type") == "error":
             head = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")
-            if out.get("evalue"):
+            if out.get("evalue") and out.get("ename") != "AssertionError":
                 return head
-            lines = [_ANSI.sub("", line) for line in out.get("traceback", [])]
-            pointer = [ln for chunk in lines for ln in chunk.splitlines() if "--->" in ln]
+            pointer = [ln for ln in _traceback_lines(out) if "--->" in ln]
             if not pointer:
                 return head
-            return f"{head} at: {pointer[-1].split('--->', 1)[1].strip()}"
+            where = pointer[-1].split("--->", 1)[1].strip()
+            where = re.sub(r"^\d+\s+", "", where)          # IPython's line number
+            return f"{head}\n    failing line: {where}"
     for out in outputs:
         if out.get("output_type") == "stream" and out.get("name") == "stderr":
             return "the cell wrote to stderr: " + out.get("text", "").strip()[:300]
     return ""
+
+
+def _stdout(outputs: list) -> str:
+    return "".join(o.get("text", "") for o in outputs
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout").strip()
+
+
+def _answer_error(index: int, cell: dict) -> CellError | None:
+    """The error a cell that is not a test raised (a SyntaxError, a NameError), if any."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            lines = _traceback_lines(out)
+            found = [int(m.group(1)) for ln in lines
+                     for m in [re.search(r"line (\d+)", ln)] if m]
+            arrow = [int(m.group(1)) for ln in lines for m in [re.match(r"-+>\s*(\d+)", ln)] if m]
+            line = (arrow or found or [None])[-1]
+            name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
+            error = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")
+            return CellError(name, line, error)
+    return None
 
 
 def _cell_failed(outputs: list) -> bool:
@@ -95,14 +132,18 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT) -> CheckResult:
         client.execute()
     except Exception as exc:  # a dead kernel: report it, keep the cells that did run
         result.error = f"{type(exc).__name__}: {exc}"
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells, 1):
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade"):
+        if cell.cell_type != "code":
+            continue
+        if not meta.get("grade"):
+            if result.answer_error is None:
+                result.answer_error = _answer_error(index, cell)
             continue
         outputs = cell.get("outputs", [])
         ran = cell.get("execution_count") is not None or bool(outputs)
         failed = _cell_failed(outputs) or not ran
         message = _failure_message(outputs) if ran else "the cell did not run"
         result.tests.append(CellResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
-                                       not failed, message if failed else ""))
+                                       not failed, message if failed else "", _stdout(outputs)))
     return result
