@@ -35,6 +35,7 @@ copies, the record history) is the base class in `lesson.debugger.engine`.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -133,6 +134,7 @@ class NetworkDebugger(Engine):
         self.val_loss_history: list[float] = []
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
         self._init_engine(max_history)
+        self._warned_removed = False
         # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
         self._step = 0                         # the step whose passes are running now
         self._opt_steps = 0
@@ -158,19 +160,15 @@ class NetworkDebugger(Engine):
         self._layer_kinds: dict[str, str] = {}
         self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
-        self._params: list[tuple[str, nn.Parameter]] = [
-            (n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
-        #: per parameter: its accumulator keys and the record fields that never change
-        self._param_keys = [
-            (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
-             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
-            for n, p in self._params]
-        self._got_grad = [False] * len(self._params)
-        self._grad_this_step = [False] * len(self._params)
-        self._last_bw_gen = [-1] * len(self._params)
-        self._mode_modules = [(n, m) for n, m in model.named_modules()
-                              if isinstance(m, MODE_DEPENDENT)]
+        self._params: list[tuple[str, nn.Parameter]] = []
+        self._param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]] = []
+        self._param_layer: dict[str, str] = {}
+        self._got_grad: list[bool] = []
+        self._grad_this_step: list[bool] = []
+        self._last_bw_gen: list[int] = []
+        self._param_handles: list[RemovableHandle] = []
+        self._mode_modules: list[tuple[str, nn.Module]] = []
+        self._signature: tuple[int, ...] = ()
         self.loss_inspector = LossInputInspector()
         self.batch_inspector = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
@@ -202,24 +200,60 @@ class NetworkDebugger(Engine):
     # -- hooks: what is measured at each one --------------------------------------------------
     def _register_hooks(self) -> None:
         model = self.model
-        self.hooks.append(model.register_forward_pre_hook(self._on_root_forward,
-                                                          with_kwargs=True))
-        self._root_output_hook = model.register_forward_hook(self._on_root_output,
-                                                             with_kwargs=True)
+        self.hooks.append(model.register_forward_pre_hook(
+            self._guarded("forward", self._on_root_forward), with_kwargs=True))
+        self._root_output_hook = model.register_forward_hook(
+            self._guarded("forward", self._on_root_output), with_kwargs=True)
         self.hooks.append(self._root_output_hook)
+        self._watch_model()
+        if self.optimizer is not None:
+            self.hooks.append(self.optimizer.register_step_pre_hook(
+                self._guarded("optimizer step", self._on_step_pre)))
+            self.hooks.append(self.optimizer.register_step_post_hook(
+                self._guarded("optimizer step", self._on_step_post)))
+        self._watch_optimizers()
+
+    def _model_signature(self) -> tuple[int, ...]:
+        """What the watched set depends on: the modules, the parameters and which train."""
+        model = self.model
+        return (tuple(id(m) for m in model.modules())
+                + tuple(id(p) * 2 + p.requires_grad for p in model.parameters()))
+
+    def _watch_model(self) -> None:
+        """(Re)build what is watched from the model as it is now: its watched modules, its
+        trainable parameters (each with a gradient hook), its train/eval-dependent modules.
+        Runs at attach time and whenever the user froze, unfroze, added or swapped something
+        (checked at the root forward of statistics steps), so the debugger follows the model."""
+        self._attach_step_hooks(False)
+        model = self.model
+        self._signature = self._model_signature()
+        self._step_hooks = []
         for name, module in model.named_modules():
             if watched(module):
                 name = name or type(module).__name__
-                self._layer_kinds[name] = type(module).__name__
+                self._layer_kinds.setdefault(name, type(module).__name__)
                 self._step_hooks.append(
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
-        for i, (name, p) in enumerate(self._params):
-            self.hooks.append(p.register_hook(self._fresh_grad_hook(i)))
-            self._step_hooks.append((p, self._grad_hook(i)))
-        if self.optimizer is not None:
-            self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
-            self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
-        self._watch_optimizers()
+        old = {id(p): (got, now, gen) for (_, p), got, now, gen in
+               zip(self._params, self._got_grad, self._grad_this_step, self._last_bw_gen)}
+        for handle in self._param_handles:
+            handle.remove()
+        self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
+        #: per parameter: its accumulator keys and the record fields that never change
+        self._param_keys = [
+            (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
+             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
+            for n, p in self._params]
+        state = [old.get(id(p), (False, False, -1)) for _, p in self._params]
+        self._got_grad = [s[0] for s in state]
+        self._grad_this_step = [s[1] for s in state]
+        self._last_bw_gen = [s[2] for s in state]
+        self._param_handles = [p.register_hook(self._guarded(n, self._fresh_grad_hook(i)))
+                               for i, (n, p) in enumerate(self._params)]
+        self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
+        self._mode_modules = [(n, m) for n, m in model.named_modules()
+                              if isinstance(m, MODE_DEPENDENT)]
 
 
     def _is_stats_step(self) -> bool:
@@ -314,6 +348,8 @@ class NetworkDebugger(Engine):
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
+        if self._is_stats_step() and self._model_signature() != self._signature:
+            self._watch_model()      # frozen, unfrozen, added or swapped since last time
         self._attach_step_hooks(self._is_stats_step())
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
@@ -417,6 +453,7 @@ class NetworkDebugger(Engine):
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
+        self._warn_if_removed("record_loss")
         self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
         if isinstance(self.loss_history_raw[-1], torch.Tensor):
             self._loss_pending.append(len(self.loss_history_raw) - 1)
@@ -426,10 +463,20 @@ class NetworkDebugger(Engine):
             self._loss_pending.append(len(self.loss_history_raw) - 1)
 
     def record_val_loss(self, loss_value: float | torch.Tensor) -> None:
-        """Record one validation loss (read at once: validation is rare)."""
+        """Record one validation loss (read at once: validation is rare; a NaN is reported)."""
+        self._warn_if_removed("record_val_loss")
         value = self._loss_value(loss_value, "validation loss")
         self.val_loss_history.append(float(value))
         self._val_at.append(len(self.loss_history_raw))
+
+    def _warn_if_removed(self, what: str) -> None:
+        """After remove_hooks()/close() nothing is measured any more: say so, once."""
+        if self._removed and not self._warned_removed:
+            self._warned_removed = True
+            warnings.warn(f"NetworkDebugger.{what}() after remove_hooks()/close(): the loss is "
+                          f"kept, but no activation, gradient or update is measured any more, "
+                          f"so diagnose() judges the history up to the removal",
+                          RuntimeWarning, stacklevel=3)
 
     @staticmethod
     def _loss_value(value: Any, what: str) -> float | torch.Tensor:
@@ -530,7 +577,8 @@ class NetworkDebugger(Engine):
     def check_loss_health(self) -> str:
         """The lesson's verdict on the loss curve: HEALTHY, NAN_OR_INF, NOT_DECREASING,
         OSCILLATING or NOT_ENOUGH_DATA."""
-        return rules.loss_verdict(self.loss_history, self.thresholds)
+        chance = self.loss_inspector.chance_loss() if self.loss_inspector is not None else None
+        return rules.loss_verdict(self.loss_history, self.thresholds, chance)
 
     def check_activations(self) -> list[str]:
         """Activation problems with the lesson's verdict words, or ["HEALTHY"]."""
@@ -552,10 +600,12 @@ class NetworkDebugger(Engine):
 
     def remove_hooks(self) -> None:
         """Detach every hook from the model, its parameters, the optimizer and the criterion."""
-        for handle in self.hooks:
+        for handle in self.hooks + self._param_handles:
             handle.remove()
         self.hooks.clear()
+        self._param_handles = []
         self._attach_step_hooks(False)
+        self._removed = True
 
     def __enter__(self) -> "NetworkDebugger":
         return self
