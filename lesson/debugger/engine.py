@@ -88,6 +88,7 @@ class Engine:
     _param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]]
     _layer_kinds: dict[str, str]
     _relu_layers: set[str]
+    _compiled: bool
 
     def _init_engine(self, max_history: int) -> None:
         self.max_history = max_history
@@ -107,6 +108,8 @@ class Engine:
         #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
         self._step_hooks: list[tuple[nn.Module, Callable[..., None]]] = []
         self._param_step_hooks: list[tuple[nn.Parameter, Callable[..., None]]] = []
+        self._stack_step_hooks: list[tuple[nn.Module, tuple[Callable[..., None],
+                                                            Callable[..., None]]]] = []
         self._removed = False
         self._attached: list[RemovableHandle] = []
         self._samples: dict[str, torch.Tensor] = {}
@@ -131,8 +134,13 @@ class Engine:
         if on and not self._attached and self.hooks:
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
-            self._attached = [m.register_forward_hook(self._guarded("forward", h))
-                              for m, h in self._step_hooks]
+            # inside a compiled model a module hook would be traced (as a no-op, see
+            # _guarded), and coming and going it would switch dynamo's graphs: none there
+            self._attached = [] if self._compiled else [
+                m.register_forward_hook(self._guarded("forward", h)) for m, h in self._step_hooks]
+            for m, (push, pop) in ([] if self._compiled else self._stack_step_hooks):
+                self._attached.append(m.register_forward_pre_hook(push))   # modules running now
+                self._attached.append(m.register_forward_hook(pop))
             if not by_step:
                 self._attached += [p.register_post_accumulate_grad_hook(
                     self._guarded("backward", h)) for p, h in self._param_step_hooks
@@ -155,8 +163,12 @@ class Engine:
     def _guarded(self, where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`fn` as a hook that never raises into the user's forward, backward or step: an
         internal error goes to `errors`. A TrainingAlert (policy "raise") is meant to stop
-        the run and goes through."""
+        the run and goes through. While torch.compile traces the model, a hook does nothing:
+        reading the debugger's step counter there would make dynamo guard on it and recompile
+        at every statistics step."""
         def hook(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():
+                return None
             try:
                 fn(*args, **kwargs)
             except TrainingAlert:

@@ -45,8 +45,9 @@ from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger import rules
 from lesson.debugger.batches import BatchInspector
-from lesson.debugger.distributed import unwrap
+from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
+from lesson.debugger.functional import HOOKED_ELSEWHERE, FunctionalWatch, function_mode_on_top
 from lesson.debugger.loss_inputs import LossInputInspector
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
@@ -91,6 +92,8 @@ def watched(module: nn.Module) -> bool:
     if isinstance(module, ACTIVATIONS + LAYERS):
         return True
     return not isinstance(module, PASS_THROUGH) and next(module.children(), None) is None
+#: Modules whose functional calls (nn.ReLU's F.relu, attention's softmax) their own hook sees.
+SEEN_BY_MODULE_HOOKS = ACTIVATIONS + LAYERS + HOOKED_ELSEWHERE
 #: Modules whose behaviour depends on model.train() / model.eval().
 MODE_DEPENDENT: tuple[type[nn.Module], ...] = (
     nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -120,7 +123,9 @@ class NetworkDebugger(Engine):
         if log_every is not None and (isinstance(log_every, bool)
                                       or not isinstance(log_every, int) or log_every < 1):
             raise ValueError(f"log_every must be an integer >= 1 or None, got {log_every!r}")
-        model = unwrap(model)                  # DistributedDataParallel: watch the module
+        self._compiled = is_compiled(model)   # torch.compile's wrapper: hooks go on the wrapper,
+        self._root = model if self._compiled else unwrap(model)   # names come from inside it
+        model = unwrap(compiled_inner(model))  # DistributedDataParallel: watch the module
         self.model = model
         self.log_every = log_every
         self.optimizer = optimizer
@@ -135,6 +140,9 @@ class NetworkDebugger(Engine):
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
         self._init_engine(max_history)
         self._warned_removed = False
+        self._functional: FunctionalWatch | None = None
+        self._module_stack: list[tuple[str, bool]] = []
+        self._last_loss_seen: tuple[int, int, int] | None = None
         # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
         self._step = 0                         # the step whose passes are running now
         self._opt_steps = 0
@@ -199,7 +207,7 @@ class NetworkDebugger(Engine):
 
     # -- hooks: what is measured at each one --------------------------------------------------
     def _register_hooks(self) -> None:
-        model = self.model
+        model = self._root
         self.hooks.append(model.register_forward_pre_hook(
             self._guarded("forward", self._on_root_forward), with_kwargs=True))
         self._root_output_hook = model.register_forward_hook(
@@ -228,6 +236,10 @@ class NetworkDebugger(Engine):
         model = self.model
         self._signature = self._model_signature()
         self._step_hooks = []
+        self._stack_step_hooks = [
+            (module, tuple(self._guarded("forward", h) for h in self._stack_hooks(
+                name, isinstance(module, SEEN_BY_MODULE_HOOKS))))
+            for name, module in model.named_modules() if name]
         for name, module in model.named_modules():
             if watched(module):
                 name = name or type(module).__name__
@@ -266,39 +278,91 @@ class NetworkDebugger(Engine):
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not self._collecting():
-                return
-            t = first_tensor(output)
-            if t is None or t.dim() == 0 or t.numel() == 0:
-                return
-            full = self._full(self._step)
-            try:
-                units, sumsq = activation_summary(t)
-                details = activation_details(t, relu_like, units) if full else None
-            except Exception as exc:  # the user's training must never break on a statistic
-                self._error(name, exc)
-                return
-            key = name
-            old = self._buf.sums.get(("act_units", key))
-            if old is not None and old.shape != units.shape:
-                key = f"{name}#{units.numel()}"      # called again on another shape
-            if key not in self._layer_order:
-                self._layer_order.append(key)
-                self._layer_kinds.setdefault(key, type(module).__name__)
-                if relu_like:
-                    self._relu_layers.add(key)
-            buf = self._buf
-            buf.add_sum(("act", key), sumsq)
-            buf.add_sum(("act_units", key), units)
-            buf.add_counts(("act", key), [t.numel(), 1, t.shape[0]])
-            if details is not None:
-                buf.add_sum(("act_full", key), details[0])
-                buf.add_max(("act_full", key), details[1])
-                if self.reducer is not None:   # sample_std over all ranks' samples
-                    buf.add_sum(("act_el", key), element_sums(t))
-            if self._keeps_samples():      # a small copy for the activation histogram
-                self._samples[key] = sample_values(t, self.activation_sample)
+            if self._collecting():
+                self._measure_activation(name, type(module).__name__, relu_like, output)
         return hook
+
+    def _measure_activation(self, name: str, kind: str, relu_like: bool, output: Any) -> None:
+        """Fold one activation (a watched module's output, or a functional call's) into the
+        step's buffer: its light statistics, and the full ones on full steps."""
+        t = first_tensor(output)
+        if t is None or t.dim() == 0 or t.numel() == 0:
+            return
+        full = self._full(self._step)
+        try:
+            units, sumsq = activation_summary(t)
+            details = activation_details(t, relu_like, units) if full else None
+        except Exception as exc:  # the user's training must never break on a statistic
+            self._error(name, exc)
+            return
+        key = name
+        old = self._buf.sums.get(("act_units", key))
+        if old is not None and old.shape != units.shape:
+            key = f"{name}#{units.numel()}"      # called again on another shape
+        if key not in self._layer_order:
+            self._layer_order.append(key)
+            self._layer_kinds.setdefault(key, kind)
+            if relu_like:
+                self._relu_layers.add(key)
+        buf = self._buf
+        buf.add_sum(("act", key), sumsq)
+        buf.add_sum(("act_units", key), units)
+        buf.add_counts(("act", key), [t.numel(), 1, t.shape[0]])
+        if details is not None:
+            buf.add_sum(("act_full", key), details[0])
+            buf.add_max(("act_full", key), details[1])
+            if self.reducer is not None:   # sample_std over all ranks' samples
+                buf.add_sum(("act_el", key), element_sums(t))
+        if self._keeps_samples():      # a small copy for the activation histogram
+            self._samples[key] = sample_values(t, self.activation_sample)
+
+    # -- functional code (lesson.debugger.functional): statistics steps only -------------------
+    def _enter_functional(self) -> None:
+        """From a statistics step's forward to its backward: see F.relu, F.cross_entropy..."""
+        if self._compiled:      # a mode around a compiled call would be a dynamo guard
+            return
+        mode = self._functional
+        if mode is not None:
+            mode.calls.clear()          # a second forward in the same step: same names
+            return
+        mode = FunctionalWatch(self._on_functional_activation, self._on_functional_loss)
+        mode.module_stack = self._module_stack
+        mode.__enter__()
+        self._functional = mode
+
+    def _exit_functional(self) -> None:
+        """Leave the mode if it is the innermost one (modes must be left in order); otherwise
+        it stays, inactive, until the next chance."""
+        mode = self._functional
+        if mode is None:
+            return
+        mode.active = False
+        if function_mode_on_top(mode):
+            mode.__exit__(None, None, None)
+            self._functional = None
+
+    def _on_functional_activation(self, name: str, relu_like: bool, output: Any) -> None:
+        if self._collecting():
+            self._measure_activation(name, "F." + name.rpartition("/")[2].split("#")[0],
+                                     relu_like, output)
+
+    def _on_functional_loss(self, output: Any, target: Any, fn: Callable[..., Any]) -> None:
+        if torch.is_grad_enabled() and isinstance(output, torch.Tensor) \
+                and output.requires_grad:
+            self._observe_loss_inputs(output, target, fn)
+
+    def _stack_hooks(self, name: str, hooked: bool) -> tuple[Callable[..., None],
+                                                             Callable[..., None]]:
+        """Forward pre/post hooks that keep `_module_stack` (the modules running now)."""
+        stack = self._module_stack
+
+        def push(module: nn.Module, args: Any) -> None:
+            stack.append((name, hooked))
+
+        def pop(module: nn.Module, args: Any, output: Any) -> None:
+            if stack:
+                stack.pop()
+        return push, pop
 
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
@@ -351,6 +415,9 @@ class NetworkDebugger(Engine):
         if self._is_stats_step() and self._model_signature() != self._signature:
             self._watch_model()      # frozen, unfrozen, added or swapped since last time
         self._attach_step_hooks(self._is_stats_step())
+        self._module_stack.clear()
+        if self._collecting():
+            self._enter_functional()
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
                 and self._last_pass_train_modules:
@@ -396,6 +463,10 @@ class NetworkDebugger(Engine):
     def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
         """What reaches the loss: on full statistics steps; the targets' class order on every
         training step (cheap, and sorted data shows only across many batches)."""
+        seen = (id(output), id(target), self._step)
+        if seen == self._last_loss_seen:     # the criterion's hook, then its F.* call
+            return
+        self._last_loss_seen = seen
         try:
             if self.batch_inspector is not None and isinstance(target, torch.Tensor):
                 self.batch_inspector.observe_targets(target, step=self._step)
@@ -408,6 +479,7 @@ class NetworkDebugger(Engine):
     # -- optimizer steps ----------------------------------------------------------------------
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._exit_functional()
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
             return
         held = self._holds(optimizer)
@@ -441,6 +513,7 @@ class NetworkDebugger(Engine):
 
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
+        self._exit_functional()
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
@@ -605,6 +678,7 @@ class NetworkDebugger(Engine):
         self.hooks.clear()
         self._param_handles = []
         self._attach_step_hooks(False)
+        self._exit_functional()
         self._removed = True
 
     def __enter__(self) -> "NetworkDebugger":
