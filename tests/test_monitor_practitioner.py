@@ -170,3 +170,40 @@ def test_check_loss_health_knows_chance_from_the_criterion():
     assert dbg.loss_inspector.chance_loss() == pytest.approx(math.log(10))
     assert dbg.loss_history[0] > 2 * math.log(10)     # it started well above chance
     assert dbg.check_loss_health() == "NOT_DECREASING"
+
+
+# -- loop faults seen through the gradient bookkeeping ---------------------------------------
+def accumulate(zero_inside: bool, set_to_none: bool = True, freeze_at: int | None = None):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    for step in range(60):
+        if step == freeze_at:
+            model[0].requires_grad_(False)
+        opt.zero_grad(set_to_none=set_to_none)
+        for _ in range(4):
+            if zero_inside:
+                opt.zero_grad()
+            x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+            loss = F.cross_entropy(model(x), y) / 4
+            loss.backward()
+            dbg.record_loss(loss.detach())
+        opt.step()
+    return {f.code: f for f in dbg.diagnose()}
+
+
+def test_zero_grad_inside_accumulation_loop_is_named():
+    assert accumulate(zero_inside=False) == {}
+    found = accumulate(zero_inside=True)
+    assert set(found) == {"ZERO_GRAD_IN_ACCUMULATION"}
+    assert found["ZERO_GRAD_IN_ACCUMULATION"].evidence["cleared_steps"] == 60
+
+
+def test_frozen_weights_moved_by_momentum_are_named():
+    assert accumulate(False, set_to_none=True, freeze_at=20) == {}
+    found = accumulate(False, set_to_none=False, freeze_at=20)
+    assert set(found) == {"FROZEN_PARAMS_MOVE"}
+    assert found["FROZEN_PARAMS_MOVE"].evidence["params"] == ["0.bias", "0.weight"]
+    assert found["FROZEN_PARAMS_MOVE"].evidence["max_relative_move"] > 1e-4

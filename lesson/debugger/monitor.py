@@ -140,6 +140,13 @@ class NetworkDebugger(Engine):
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
         self._init_engine(max_history)
         self._warned_removed = False
+        # loop faults (issue 16): zero_grad() between the passes of one step, frozen moves
+        self._passes_in_step = 0
+        self._cleared_this_step = False
+        self._accumulating_steps = 0
+        self._cleared_steps: list[int] = []
+        self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor]] | None = None
+        self._moved_without_grad: dict[str, tuple[int, float]] = {}
         self._functional: FunctionalWatch | None = None
         self._module_stack: list[tuple[str, bool]] = []
         self._last_loss_seen: tuple[int, int, int] | None = None
@@ -367,10 +374,15 @@ class NetworkDebugger(Engine):
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
         def hook(grad: torch.Tensor) -> None:
+            if not self._pass_counted:        # the first gradient of this pass's backward
+                self._passes_in_step += 1
+                if self._passes_in_step >= 2 and self._grad_this_step[i] \
+                        and self._params[i][1].grad is None:
+                    self._cleared_this_step = True     # zero_grad() between two passes
             self._got_grad[i] = True
             self._grad_this_step[i] = True
             self._backward_since_forward = True
-            if not self._pass_counted:        # the first gradient of this pass's backward
+            if not self._pass_counted:
                 self._pass_counted = True
                 self._backwards += 1
                 if self._pass_eval_modules:
@@ -482,6 +494,7 @@ class NetworkDebugger(Engine):
         self._exit_functional()
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
             return
+        self._copy_params_without_grad(optimizer)
         held = self._holds(optimizer)
         for i, (name, p) in enumerate(self._params):
             if not self._grad_this_step[i]:
@@ -505,11 +518,41 @@ class NetworkDebugger(Engine):
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._measure_updates()
+        self._measure_moves_without_grad()
+        if self._passes_in_step >= 2:
+            self._accumulating_steps += 1
+            if self._cleared_this_step:
+                self._cleared_steps.append(self._step)
+        self._passes_in_step, self._cleared_this_step = 0, False
         lr = lr_of(optimizer)
         if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
             self._lrs.append((self._step, lr))
         self._opt_steps += 1
         self._advance()
+
+    def _copy_params_without_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Statistics steps: copy the stepped tensors that got no gradient this step but hold a
+        .grad (frozen with a zero-filled gradient), to see whether the step moves them."""
+        fresh = {id(p) for (_, p), got in zip(self._params, self._grad_this_step) if got}
+        tensors = [p for g in optimizer.param_groups for p in g["params"]
+                   if p.grad is not None and id(p) not in fresh]
+        if tensors:
+            self._no_grad_before = (tensors, [p.detach().clone() for p in tensors])
+
+    def _measure_moves_without_grad(self) -> None:
+        if self._no_grad_before is None:
+            return
+        tensors, before = self._no_grad_before
+        self._no_grad_before = None
+        moves = torch.stack([torch.linalg.vector_norm((p.detach() - b).float())
+                             / torch.linalg.vector_norm(b.float()).clamp_min(1e-30)
+                             for p, b in zip(tensors, before)]).tolist()  # rare: one sync
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p, move in zip(tensors, moves):
+            if move > 0:
+                name = names.get(id(p), f"tensor {list(p.shape)}")
+                count, top = self._moved_without_grad.get(name, (0, 0.0))
+                self._moved_without_grad[name] = (count + 1, max(top, move))
 
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
@@ -630,7 +673,9 @@ class NetworkDebugger(Engine):
             layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
             never_grad=never, unstepped=self._unstepped_tensors(),
             symmetric=symmetric_layers(self.model),
-            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
+            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
+            accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
+            moved_without_grad=dict(self._moved_without_grad))
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, most important first; an empty list when the run looks healthy."""

@@ -133,6 +133,16 @@ class Thresholds:
     evaluation)..."""
     overfit_after_best: int = 2
     """...at least this many validation points after the best one."""
+    cleared_share: float = 0.5
+    """ZERO_GRAD_IN_ACCUMULATION: gradients cleared between two backward passes of one
+    optimizer step in at least this share of the steps with several passes (and in at least
+    `min_events` of them)."""
+    frozen_move_ratio: float = 1e-7
+    """FROZEN_PARAMS_MOVE: a parameter without gradient moved by more than this share of its
+    norm at one optimizer step (float32 rounding moves nothing; momentum moves ~lr)..."""
+    frozen_move_events: int = 1
+    """...at this many statistics steps: a tensor without gradient that moves is never noise,
+    so one statistics step is enough (at the default schedule one comes every 50 steps)."""
 
 
 @dataclass
@@ -155,6 +165,12 @@ class Evidence:
     symmetric: dict[str, dict[str, float]] = field(default_factory=dict)
     eval_mode_training: Any = None
     train_mode_eval: Any = None
+    #: optimizer steps that ran several backward passes, and those of them where the
+    #: gradients were cleared between two passes (see ZERO_GRAD_IN_ACCUMULATION)
+    accumulating_steps: int = 0
+    cleared_steps: list[int] = field(default_factory=list)
+    #: parameter -> (statistics steps it moved without a gradient, largest relative move)
+    moved_without_grad: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def _finite(v: Any) -> bool:
@@ -654,10 +670,40 @@ def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
                     evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last})]
 
 
+# -- loop faults seen through the gradient bookkeeping (issue 16) -----------------------------
+def rule_zero_grad_in_accumulation(ev: Evidence, th: Thresholds) -> list[Finding]:
+    cleared, steps = ev.cleared_steps, ev.accumulating_steps
+    if len(cleared) < th.min_events or steps == 0 or len(cleared) / steps < th.cleared_share:
+        return []
+    return [Finding("ZERO_GRAD_IN_ACCUMULATION",
+                    f"in {len(cleared)} of {steps} optimizer steps with several backward "
+                    f"passes, the gradients were cleared between two passes: each step used "
+                    f"the last micro-batch only",
+                    evidence={"cleared_steps": len(cleared), "accumulating_steps": steps,
+                              "first_steps": cleared[:5]}, step=cleared[0])]
+
+
+def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
+    moved = {n: v for n, v in ev.moved_without_grad.items()
+             if v[0] >= th.frozen_move_events and v[1] > th.frozen_move_ratio}
+    if not moved:
+        return []
+    names = sorted(moved)
+    return [Finding("FROZEN_PARAMS_MOVE",
+                    f"{len(names)} parameter tensor(s) without a gradient moved at the optimizer "
+                    f"step ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}), by up to "
+                    f"{_sig(max(v[1] for v in moved.values()))} of their norm",
+                    layer=names[0].rpartition(".")[0] or None,
+                    evidence={"params": names[:10],
+                              "steps_moved": {n: moved[n][0] for n in names[:10]},
+                              "max_relative_move": max(v[1] for v in moved.values())})]
+
+
 RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
     rule_nonfinite, rule_lr_too_high, rule_lr_too_low, rule_lr_decayed, rule_dead_neurons,
     rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
     rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
+    rule_zero_grad_in_accumulation, rule_frozen_params_move,
 ]
 
 
