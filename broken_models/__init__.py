@@ -26,6 +26,7 @@ PAGES: tuple[str, ...] = (
     "not_learning.exploding_rnn",
     "not_learning.missing_zero_grad",
     "not_learning.zero_grad_after_backward",
+    "not_learning.zero_grad_in_accumulation",
     "not_learning.optimizer_before_new_head",
     "not_learning.layers_in_python_list",
     "not_learning.detach_in_forward",
@@ -57,6 +58,7 @@ PAGES: tuple[str, ...] = (
     "pytorch.relu_on_regression_output",
     "pytorch.view_across_batch",
     "pytorch.softmax_single_output",
+    "pytorch.frozen_layer_moves",
     # Backward bugs
     "backward.custom_function_transpose",
     "backward.miniframework_transpose",

@@ -119,6 +119,19 @@ CODES: dict[str, Code] = {
               "never called.",
               "Call optimizer.zero_grad() once per step, before loss.backward().",
               _S.ERROR, "training-loop", "monitor"),
+        # (issue 16: loop faults seen through the gradient bookkeeping)
+        _code("ZERO_GRAD_IN_ACCUMULATION", "Gradients are cleared between the backward passes "
+              "of one optimizer step (zero_grad() inside a gradient-accumulation loop): only "
+              "the last micro-batch counts.",
+              "Call optimizer.zero_grad() once per optimizer step, after step(), outside the "
+              "loop over micro-batches.",
+              _S.ERROR, "training-loop", "monitor"),
+        _code("FROZEN_PARAMS_MOVE", "Parameters that receive no gradient still move at the "
+              "optimizer step (frozen weights with a zero-filled .grad, moved by momentum or "
+              "weight decay).",
+              "Let frozen parameters keep .grad None (zero_grad() with its default "
+              "set_to_none=True), or leave them out of the optimizer.",
+              _S.ERROR, "training-loop", "monitor"),
         _code("EVAL_MODE_DURING_TRAINING", "Dropout or batch norm is in eval mode while the "
               "model trains (model.train() not restored after validation).",
               "Call model.train() at the start of every training epoch.",

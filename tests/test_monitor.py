@@ -407,8 +407,8 @@ def test_memory_stays_flat_over_many_steps():
         _drop_losses(dbg)                     # the one list that grows by design (a float/step)
         base = _live_tensors()
         tracemalloc.start()
-        for _ in range(60):                   # records made while tracing replace the old ones
-            step(model, opt, dbg, x, y)
+        for _ in range(300):                  # records made while tracing replace the old ones,
+            step(model, opt, dbg, x, y)       # and torch's function-mode paths warm up
         _drop_losses(dbg)
         gc.collect()
         snap0 = tracemalloc.take_snapshot()

@@ -82,6 +82,10 @@ TREE: tuple[Node, ...] = (
           _c("some trainable parameters have `.grad` None after `backward()`", "NO_GRADIENT"),
           _c("parameters have gradients but do not change after `optimizer.step()`",
              "PARAMS_NOT_UPDATED"),
+          _c("it falls, but slowly: gradients are accumulated over micro-batches and "
+             "`zero_grad()` runs inside that loop", "ZERO_GRAD_IN_ACCUMULATION"),
+          _c("layers frozen with `requires_grad_(False)` still change at every step "
+             "(their `.grad` is zero-filled, not None)", "FROZEN_PARAMS_MOVE"),
           _c("the logged learning rate has fallen towards 0", "LR_DECAYED"),
           _c("most units of a ReLU layer output 0 for every sample", "DEAD_NEURONS"),
           _c("the first layers' gradients are orders of magnitude below the last layers'",

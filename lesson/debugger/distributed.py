@@ -66,6 +66,19 @@ def unwrap(model: Any) -> Any:
     return model.module if isinstance(model, (DataParallel, DistributedDataParallel)) else model
 
 
+def is_compiled(model: Any) -> bool:
+    """Is `model` the wrapper torch.compile returns for a module?"""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(model, OptimizedModule)
+
+
+def compiled_inner(model: Any) -> Any:
+    """The module inside torch.compile's wrapper (whose names carry no `_orig_mod.`), else
+    the model itself."""
+    return model._orig_mod if is_compiled(model) else model
+
+
 def layout_checksum(keys: Iterable[Hashable]) -> int:
     """A checksum of the accumulator layout that is equal on every rank for equal layouts
     (Python's own `hash` of strings differs between processes)."""

@@ -19,6 +19,7 @@ the watched parameters and layers, and the optimizer from the debugger.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -33,6 +34,7 @@ from lesson.debugger.distributed import RankReducer, world_size
 from lesson.debugger.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
                                    StepBuffer, identity_reduce, pooled_sample_std,
                                    squared_norms)
+from lesson.production.alerts import TrainingAlert
 from lesson.production.sinks import SinkLogger, model_tensors
 
 RECORD_BATCH = 16
@@ -86,6 +88,7 @@ class Engine:
     _param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]]
     _layer_kinds: dict[str, str]
     _relu_layers: set[str]
+    _compiled: bool
 
     def _init_engine(self, max_history: int) -> None:
         self.max_history = max_history
@@ -103,7 +106,11 @@ class Engine:
         self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
         self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
-        self._step_hooks: list[tuple[Any, Callable[..., None]]] = []
+        self._step_hooks: list[tuple[nn.Module, Callable[..., None]]] = []
+        self._param_step_hooks: list[tuple[nn.Parameter, Callable[..., None]]] = []
+        self._stack_step_hooks: list[tuple[nn.Module, tuple[Callable[..., None],
+                                                            Callable[..., None]]]] = []
+        self._removed = False
         self._attached: list[RemovableHandle] = []
         self._samples: dict[str, torch.Tensor] = {}
         self._explicit_optimizer = self.optimizer is not None
@@ -115,7 +122,7 @@ class Engine:
             def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
                 if len(args) >= 2:
                     self._observe_loss_inputs(args[0], args[1], module)
-            self.hooks.append(criterion.register_forward_pre_hook(pre))
+            self.hooks.append(criterion.register_forward_pre_hook(self._guarded("loss", pre)))
         else:
             self.criterion = _WatchedLoss(criterion, self)
 
@@ -127,18 +134,49 @@ class Engine:
         if on and not self._attached and self.hooks:
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
-            self._attached = [m.register_forward_hook(h) if isinstance(m, nn.Module)
-                              else m.register_post_accumulate_grad_hook(h)
-                              for m, h in self._step_hooks
-                              if isinstance(m, nn.Module) or not by_step]
+            # inside a compiled model a module hook would be traced (as a no-op, see
+            # _guarded), and coming and going it would switch dynamo's graphs: none there
+            self._attached = [] if self._compiled else [
+                m.register_forward_hook(self._guarded("forward", h)) for m, h in self._step_hooks]
+            for m, (push, pop) in ([] if self._compiled else self._stack_step_hooks):
+                self._attached.append(m.register_forward_pre_hook(push))   # modules running now
+                self._attached.append(m.register_forward_hook(pop))
+            if not by_step:
+                self._attached += [p.register_post_accumulate_grad_hook(
+                    self._guarded("backward", h)) for p, h in self._param_step_hooks
+                    if p.requires_grad]
         elif not on and self._attached:
             for handle in self._attached:
                 handle.remove()
             self._attached = []
 
     def _error(self, where: str, exc: Exception) -> None:
+        """Keep an internal error in `errors`; the first one also warns (once per debugger)."""
+        message = f"{where}: {type(exc).__name__}: {exc}"
+        if not self.errors:
+            warnings.warn(f"NetworkDebugger: an internal error was caught and kept in "
+                          f"debugger.errors (training goes on): {message}", RuntimeWarning,
+                          stacklevel=3)
         if len(self.errors) < MAX_ERRORS:
-            self.errors.append(f"{where}: {type(exc).__name__}: {exc}")
+            self.errors.append(message)
+
+    def _guarded(self, where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` as a hook that never raises into the user's forward, backward or step: an
+        internal error goes to `errors`. A TrainingAlert (policy "raise") is meant to stop
+        the run and goes through. While torch.compile traces the model, a hook does nothing:
+        reading the debugger's step counter there would make dynamo guard on it and recompile
+        at every statistics step."""
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():
+                return None
+            try:
+                fn(*args, **kwargs)
+            except TrainingAlert:
+                raise
+            except Exception as exc:
+                self._error(where, exc)
+            return None
+        return hook
 
 
     # -- optimizers: adopting one, tensors none steps, parameter copies ----------------
@@ -184,7 +222,8 @@ class Engine:
             if opt is not None:
                 held |= self._holds(opt)
         params = dict(self._params)
-        not_held = {n: c for n, c in self._not_held.items() if id(params[n]) not in held}
+        not_held = {n: c for n, c in self._not_held.items()
+                    if n in params and id(params[n]) not in held}
         foreign = {k: c for k, c in self._foreign_unstepped.items()}
         return self._unstepped | not_held | foreign
 
@@ -193,6 +232,8 @@ class Engine:
         try:
             names = [n for n, p in self._params if id(p) in held and p.grad is not None]
             tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
+            if not tensors:
+                return
             for name, sq in zip(names, squared_norms(tensors)):
                 self._buf.set_sum(("weight", name), sq.reshape(1))
             self._before = (names, tensors, self._copies(names, tensors))

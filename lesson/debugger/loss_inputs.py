@@ -171,6 +171,7 @@ class _KindState:
     first_step: int | None = None
     shape_mismatch: dict[str, Any] | None = None
     shape_mismatch_count: int = 0
+    classes: int = 0              # the class dimension's size (classification kinds)
     stats: RunningStats = field(default_factory=lambda: RunningStats(_SUMS, _MINS, _MAXS))
 
 
@@ -195,6 +196,12 @@ class LossInputInspector:
 
     # -- on the hot path ---------------------------------------------------------------------
     @torch.no_grad()
+    def chance_loss(self) -> float | None:
+        """The loss of a model that guesses uniformly (ln C), for the classification criterion
+        seen; None when no classification loss was seen."""
+        classes = [st.classes for st in self._states.values() if st.classes >= 2]
+        return math.log(classes[0]) if len(classes) == 1 else None
+
     def observe(self, output: Any, target: Any, criterion: Any = None, *,
                 step: int | None = None) -> None:
         """Fold one criterion call into the running evidence (no host sync).
@@ -217,6 +224,10 @@ class LossInputInspector:
         target = target if isinstance(target, torch.Tensor) else None
         if target is not None:
             self._check_shapes(state, kind, output, target)
+        if kind in (CLASS_LOGITS, CLASS_LOG_PROBS) and output.dim() >= 2:
+            state.classes = output.shape[1]
+        elif kind in (BINARY_LOGITS, BINARY_PROBS):
+            state.classes = 2
 
         out = output.detach().float()
         device = out.device

@@ -35,6 +35,7 @@ copies, the record history) is the base class in `lesson.debugger.engine`.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -44,8 +45,9 @@ from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger import rules
 from lesson.debugger.batches import BatchInspector
-from lesson.debugger.distributed import unwrap
+from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
+from lesson.debugger.functional import HOOKED_ELSEWHERE, FunctionalWatch, function_mode_on_top
 from lesson.debugger.loss_inputs import LossInputInspector
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
@@ -90,6 +92,8 @@ def watched(module: nn.Module) -> bool:
     if isinstance(module, ACTIVATIONS + LAYERS):
         return True
     return not isinstance(module, PASS_THROUGH) and next(module.children(), None) is None
+#: Modules whose functional calls (nn.ReLU's F.relu, attention's softmax) their own hook sees.
+SEEN_BY_MODULE_HOOKS = ACTIVATIONS + LAYERS + HOOKED_ELSEWHERE
 #: Modules whose behaviour depends on model.train() / model.eval().
 MODE_DEPENDENT: tuple[type[nn.Module], ...] = (
     nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -119,7 +123,9 @@ class NetworkDebugger(Engine):
         if log_every is not None and (isinstance(log_every, bool)
                                       or not isinstance(log_every, int) or log_every < 1):
             raise ValueError(f"log_every must be an integer >= 1 or None, got {log_every!r}")
-        model = unwrap(model)                  # DistributedDataParallel: watch the module
+        self._compiled = is_compiled(model)   # torch.compile's wrapper: hooks go on the wrapper,
+        self._root = model if self._compiled else unwrap(model)   # names come from inside it
+        model = unwrap(compiled_inner(model))  # DistributedDataParallel: watch the module
         self.model = model
         self.log_every = log_every
         self.optimizer = optimizer
@@ -133,6 +139,17 @@ class NetworkDebugger(Engine):
         self.val_loss_history: list[float] = []
         self._val_at: list[int] = []            # len(loss_history) when each val loss came
         self._init_engine(max_history)
+        self._warned_removed = False
+        # loop faults (issue 16): zero_grad() between the passes of one step, frozen moves
+        self._passes_in_step = 0
+        self._cleared_this_step = False
+        self._accumulating_steps = 0
+        self._cleared_steps: list[int] = []
+        self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor]] | None = None
+        self._moved_without_grad: dict[str, tuple[int, float]] = {}
+        self._functional: FunctionalWatch | None = None
+        self._module_stack: list[tuple[str, bool]] = []
+        self._last_loss_seen: tuple[int, int, int] | None = None
         # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
         self._step = 0                         # the step whose passes are running now
         self._opt_steps = 0
@@ -158,19 +175,15 @@ class NetworkDebugger(Engine):
         self._layer_kinds: dict[str, str] = {}
         self._relu_layers: set[str] = set()     # outputs >= 0: a unit with sum 0 is dead
         self._layer_order: list[str] = []
-        self._params: list[tuple[str, nn.Parameter]] = [
-            (n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
-        #: per parameter: its accumulator keys and the record fields that never change
-        self._param_keys = [
-            (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
-             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
-            for n, p in self._params]
-        self._got_grad = [False] * len(self._params)
-        self._grad_this_step = [False] * len(self._params)
-        self._last_bw_gen = [-1] * len(self._params)
-        self._mode_modules = [(n, m) for n, m in model.named_modules()
-                              if isinstance(m, MODE_DEPENDENT)]
+        self._params: list[tuple[str, nn.Parameter]] = []
+        self._param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]] = []
+        self._param_layer: dict[str, str] = {}
+        self._got_grad: list[bool] = []
+        self._grad_this_step: list[bool] = []
+        self._last_bw_gen: list[int] = []
+        self._param_handles: list[RemovableHandle] = []
+        self._mode_modules: list[tuple[str, nn.Module]] = []
+        self._signature: tuple[int, ...] = ()
         self.loss_inspector = LossInputInspector()
         self.batch_inspector = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
@@ -201,25 +214,65 @@ class NetworkDebugger(Engine):
 
     # -- hooks: what is measured at each one --------------------------------------------------
     def _register_hooks(self) -> None:
-        model = self.model
-        self.hooks.append(model.register_forward_pre_hook(self._on_root_forward,
-                                                          with_kwargs=True))
-        self._root_output_hook = model.register_forward_hook(self._on_root_output,
-                                                             with_kwargs=True)
+        model = self._root
+        self.hooks.append(model.register_forward_pre_hook(
+            self._guarded("forward", self._on_root_forward), with_kwargs=True))
+        self._root_output_hook = model.register_forward_hook(
+            self._guarded("forward", self._on_root_output), with_kwargs=True)
         self.hooks.append(self._root_output_hook)
+        self._watch_model()
+        if self.optimizer is not None:
+            self.hooks.append(self.optimizer.register_step_pre_hook(
+                self._guarded("optimizer step", self._on_step_pre)))
+            self.hooks.append(self.optimizer.register_step_post_hook(
+                self._guarded("optimizer step", self._on_step_post)))
+        self._watch_optimizers()
+
+    def _model_signature(self) -> tuple[int, ...]:
+        """What the watched set depends on: the modules, the parameters and which train."""
+        model = self.model
+        return (tuple(id(m) for m in model.modules())
+                + tuple(id(p) * 2 + p.requires_grad for p in model.parameters()))
+
+    def _watch_model(self) -> None:
+        """(Re)build what is watched from the model as it is now: its watched modules, its
+        trainable parameters (each with a gradient hook), its train/eval-dependent modules.
+        Runs at attach time and whenever the user froze, unfroze, added or swapped something
+        (checked at the root forward of statistics steps), so the debugger follows the model."""
+        self._attach_step_hooks(False)
+        model = self.model
+        self._signature = self._model_signature()
+        self._step_hooks = []
+        self._stack_step_hooks = [
+            (module, tuple(self._guarded("forward", h) for h in self._stack_hooks(
+                name, isinstance(module, SEEN_BY_MODULE_HOOKS))))
+            for name, module in model.named_modules() if name]
         for name, module in model.named_modules():
             if watched(module):
                 name = name or type(module).__name__
-                self._layer_kinds[name] = type(module).__name__
+                self._layer_kinds.setdefault(name, type(module).__name__)
                 self._step_hooks.append(
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
-        for i, (name, p) in enumerate(self._params):
-            self.hooks.append(p.register_hook(self._fresh_grad_hook(i)))
-            self._step_hooks.append((p, self._grad_hook(i)))
-        if self.optimizer is not None:
-            self.hooks.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
-            self.hooks.append(self.optimizer.register_step_post_hook(self._on_step_post))
-        self._watch_optimizers()
+        old = {id(p): (got, now, gen) for (_, p), got, now, gen in
+               zip(self._params, self._got_grad, self._grad_this_step, self._last_bw_gen)}
+        for handle in self._param_handles:
+            handle.remove()
+        self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
+        #: per parameter: its accumulator keys and the record fields that never change
+        self._param_keys = [
+            (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
+             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
+            for n, p in self._params]
+        state = [old.get(id(p), (False, False, -1)) for _, p in self._params]
+        self._got_grad = [s[0] for s in state]
+        self._grad_this_step = [s[1] for s in state]
+        self._last_bw_gen = [s[2] for s in state]
+        self._param_handles = [p.register_hook(self._guarded(n, self._fresh_grad_hook(i)))
+                               for i, (n, p) in enumerate(self._params)]
+        self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
+        self._mode_modules = [(n, m) for n, m in model.named_modules()
+                              if isinstance(m, MODE_DEPENDENT)]
 
 
     def _is_stats_step(self) -> bool:
@@ -232,47 +285,104 @@ class NetworkDebugger(Engine):
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not self._collecting():
-                return
-            t = first_tensor(output)
-            if t is None or t.dim() == 0 or t.numel() == 0:
-                return
-            full = self._full(self._step)
-            try:
-                units, sumsq = activation_summary(t)
-                details = activation_details(t, relu_like, units) if full else None
-            except Exception as exc:  # the user's training must never break on a statistic
-                self._error(name, exc)
-                return
-            key = name
-            old = self._buf.sums.get(("act_units", key))
-            if old is not None and old.shape != units.shape:
-                key = f"{name}#{units.numel()}"      # called again on another shape
-            if key not in self._layer_order:
-                self._layer_order.append(key)
-                self._layer_kinds.setdefault(key, type(module).__name__)
-                if relu_like:
-                    self._relu_layers.add(key)
-            buf = self._buf
-            buf.add_sum(("act", key), sumsq)
-            buf.add_sum(("act_units", key), units)
-            buf.add_counts(("act", key), [t.numel(), 1, t.shape[0]])
-            if details is not None:
-                buf.add_sum(("act_full", key), details[0])
-                buf.add_max(("act_full", key), details[1])
-                if self.reducer is not None:   # sample_std over all ranks' samples
-                    buf.add_sum(("act_el", key), element_sums(t))
-            if self._keeps_samples():      # a small copy for the activation histogram
-                self._samples[key] = sample_values(t, self.activation_sample)
+            if self._collecting():
+                self._measure_activation(name, type(module).__name__, relu_like, output)
         return hook
+
+    def _measure_activation(self, name: str, kind: str, relu_like: bool, output: Any) -> None:
+        """Fold one activation (a watched module's output, or a functional call's) into the
+        step's buffer: its light statistics, and the full ones on full steps."""
+        t = first_tensor(output)
+        if t is None or t.dim() == 0 or t.numel() == 0:
+            return
+        full = self._full(self._step)
+        try:
+            units, sumsq = activation_summary(t)
+            details = activation_details(t, relu_like, units) if full else None
+        except Exception as exc:  # the user's training must never break on a statistic
+            self._error(name, exc)
+            return
+        key = name
+        old = self._buf.sums.get(("act_units", key))
+        if old is not None and old.shape != units.shape:
+            key = f"{name}#{units.numel()}"      # called again on another shape
+        if key not in self._layer_order:
+            self._layer_order.append(key)
+            self._layer_kinds.setdefault(key, kind)
+            if relu_like:
+                self._relu_layers.add(key)
+        buf = self._buf
+        buf.add_sum(("act", key), sumsq)
+        buf.add_sum(("act_units", key), units)
+        buf.add_counts(("act", key), [t.numel(), 1, t.shape[0]])
+        if details is not None:
+            buf.add_sum(("act_full", key), details[0])
+            buf.add_max(("act_full", key), details[1])
+            if self.reducer is not None:   # sample_std over all ranks' samples
+                buf.add_sum(("act_el", key), element_sums(t))
+        if self._keeps_samples():      # a small copy for the activation histogram
+            self._samples[key] = sample_values(t, self.activation_sample)
+
+    # -- functional code (lesson.debugger.functional): statistics steps only -------------------
+    def _enter_functional(self) -> None:
+        """From a statistics step's forward to its backward: see F.relu, F.cross_entropy..."""
+        if self._compiled:      # a mode around a compiled call would be a dynamo guard
+            return
+        mode = self._functional
+        if mode is not None:
+            mode.calls.clear()          # a second forward in the same step: same names
+            return
+        mode = FunctionalWatch(self._on_functional_activation, self._on_functional_loss)
+        mode.module_stack = self._module_stack
+        mode.__enter__()
+        self._functional = mode
+
+    def _exit_functional(self) -> None:
+        """Leave the mode if it is the innermost one (modes must be left in order); otherwise
+        it stays, inactive, until the next chance."""
+        mode = self._functional
+        if mode is None:
+            return
+        mode.active = False
+        if function_mode_on_top(mode):
+            mode.__exit__(None, None, None)
+            self._functional = None
+
+    def _on_functional_activation(self, name: str, relu_like: bool, output: Any) -> None:
+        if self._collecting():
+            self._measure_activation(name, "F." + name.rpartition("/")[2].split("#")[0],
+                                     relu_like, output)
+
+    def _on_functional_loss(self, output: Any, target: Any, fn: Callable[..., Any]) -> None:
+        if torch.is_grad_enabled() and isinstance(output, torch.Tensor) \
+                and output.requires_grad:
+            self._observe_loss_inputs(output, target, fn)
+
+    def _stack_hooks(self, name: str, hooked: bool) -> tuple[Callable[..., None],
+                                                             Callable[..., None]]:
+        """Forward pre/post hooks that keep `_module_stack` (the modules running now)."""
+        stack = self._module_stack
+
+        def push(module: nn.Module, args: Any) -> None:
+            stack.append((name, hooked))
+
+        def pop(module: nn.Module, args: Any, output: Any) -> None:
+            if stack:
+                stack.pop()
+        return push, pop
 
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
         def hook(grad: torch.Tensor) -> None:
+            if not self._pass_counted:        # the first gradient of this pass's backward
+                self._passes_in_step += 1
+                if self._passes_in_step >= 2 and self._grad_this_step[i] \
+                        and self._params[i][1].grad is None:
+                    self._cleared_this_step = True     # zero_grad() between two passes
             self._got_grad[i] = True
             self._grad_this_step[i] = True
             self._backward_since_forward = True
-            if not self._pass_counted:        # the first gradient of this pass's backward
+            if not self._pass_counted:
                 self._pass_counted = True
                 self._backwards += 1
                 if self._pass_eval_modules:
@@ -314,7 +424,12 @@ class NetworkDebugger(Engine):
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
+        if self._is_stats_step() and self._model_signature() != self._signature:
+            self._watch_model()      # frozen, unfrozen, added or swapped since last time
         self._attach_step_hooks(self._is_stats_step())
+        self._module_stack.clear()
+        if self._collecting():
+            self._enter_functional()
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
                 and self._last_pass_train_modules:
@@ -360,6 +475,10 @@ class NetworkDebugger(Engine):
     def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
         """What reaches the loss: on full statistics steps; the targets' class order on every
         training step (cheap, and sorted data shows only across many batches)."""
+        seen = (id(output), id(target), self._step)
+        if seen == self._last_loss_seen:     # the criterion's hook, then its F.* call
+            return
+        self._last_loss_seen = seen
         try:
             if self.batch_inspector is not None and isinstance(target, torch.Tensor):
                 self.batch_inspector.observe_targets(target, step=self._step)
@@ -372,8 +491,10 @@ class NetworkDebugger(Engine):
     # -- optimizer steps ----------------------------------------------------------------------
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._exit_functional()
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
             return
+        self._copy_params_without_grad(optimizer)
         held = self._holds(optimizer)
         for i, (name, p) in enumerate(self._params):
             if not self._grad_this_step[i]:
@@ -397,14 +518,45 @@ class NetworkDebugger(Engine):
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._measure_updates()
+        self._measure_moves_without_grad()
+        if self._passes_in_step >= 2:
+            self._accumulating_steps += 1
+            if self._cleared_this_step:
+                self._cleared_steps.append(self._step)
+        self._passes_in_step, self._cleared_this_step = 0, False
         lr = lr_of(optimizer)
         if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
             self._lrs.append((self._step, lr))
         self._opt_steps += 1
         self._advance()
 
+    def _copy_params_without_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Statistics steps: copy the stepped tensors that got no gradient this step but hold a
+        .grad (frozen with a zero-filled gradient), to see whether the step moves them."""
+        fresh = {id(p) for (_, p), got in zip(self._params, self._grad_this_step) if got}
+        tensors = [p for g in optimizer.param_groups for p in g["params"]
+                   if p.grad is not None and id(p) not in fresh]
+        if tensors:
+            self._no_grad_before = (tensors, [p.detach().clone() for p in tensors])
+
+    def _measure_moves_without_grad(self) -> None:
+        if self._no_grad_before is None:
+            return
+        tensors, before = self._no_grad_before
+        self._no_grad_before = None
+        moves = torch.stack([torch.linalg.vector_norm((p.detach() - b).float())
+                             / torch.linalg.vector_norm(b.float()).clamp_min(1e-30)
+                             for p, b in zip(tensors, before)]).tolist()  # rare: one sync
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p, move in zip(tensors, moves):
+            if move > 0:
+                name = names.get(id(p), f"tensor {list(p.shape)}")
+                count, top = self._moved_without_grad.get(name, (0, 0.0))
+                self._moved_without_grad[name] = (count + 1, max(top, move))
+
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
+        self._exit_functional()
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
@@ -417,6 +569,7 @@ class NetworkDebugger(Engine):
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
+        self._warn_if_removed("record_loss")
         self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
         if isinstance(self.loss_history_raw[-1], torch.Tensor):
             self._loss_pending.append(len(self.loss_history_raw) - 1)
@@ -426,10 +579,20 @@ class NetworkDebugger(Engine):
             self._loss_pending.append(len(self.loss_history_raw) - 1)
 
     def record_val_loss(self, loss_value: float | torch.Tensor) -> None:
-        """Record one validation loss (read at once: validation is rare)."""
+        """Record one validation loss (read at once: validation is rare; a NaN is reported)."""
+        self._warn_if_removed("record_val_loss")
         value = self._loss_value(loss_value, "validation loss")
         self.val_loss_history.append(float(value))
         self._val_at.append(len(self.loss_history_raw))
+
+    def _warn_if_removed(self, what: str) -> None:
+        """After remove_hooks()/close() nothing is measured any more: say so, once."""
+        if self._removed and not self._warned_removed:
+            self._warned_removed = True
+            warnings.warn(f"NetworkDebugger.{what}() after remove_hooks()/close(): the loss is "
+                          f"kept, but no activation, gradient or update is measured any more, "
+                          f"so diagnose() judges the history up to the removal",
+                          RuntimeWarning, stacklevel=3)
 
     @staticmethod
     def _loss_value(value: Any, what: str) -> float | torch.Tensor:
@@ -510,7 +673,9 @@ class NetworkDebugger(Engine):
             layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
             never_grad=never, unstepped=self._unstepped_tensors(),
             symmetric=symmetric_layers(self.model),
-            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
+            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
+            accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
+            moved_without_grad=dict(self._moved_without_grad))
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, causes first (a finding that explains others comes before them and
@@ -531,7 +696,8 @@ class NetworkDebugger(Engine):
     def check_loss_health(self) -> str:
         """The lesson's verdict on the loss curve: HEALTHY, NAN_OR_INF, NOT_DECREASING,
         OSCILLATING or NOT_ENOUGH_DATA."""
-        return rules.loss_verdict(self.loss_history, self.thresholds)
+        chance = self.loss_inspector.chance_loss() if self.loss_inspector is not None else None
+        return rules.loss_verdict(self.loss_history, self.thresholds, chance)
 
     def check_activations(self) -> list[str]:
         """Activation problems with the lesson's verdict words, or ["HEALTHY"]."""
@@ -553,10 +719,13 @@ class NetworkDebugger(Engine):
 
     def remove_hooks(self) -> None:
         """Detach every hook from the model, its parameters, the optimizer and the criterion."""
-        for handle in self.hooks:
+        for handle in self.hooks + self._param_handles:
             handle.remove()
         self.hooks.clear()
+        self._param_handles = []
         self._attach_step_hooks(False)
+        self._exit_functional()
+        self._removed = True
 
     def __enter__(self) -> "NetworkDebugger":
         return self

@@ -82,6 +82,14 @@ class Thresholds:
     """LR_TOO_HIGH from oscillation needs jumps of half the loss level and no progress."""
     not_decreasing: float = 0.99
     """NOT_DECREASING (lesson verdict): last-10 mean >= this x first-10 mean."""
+    chance_share: float = 0.95
+    """NOT_DECREASING (lesson verdict) also when the last-10 mean is at least this share of the
+    chance-level loss (ln C for C classes): a run stuck at chance is never healthy, even when
+    its first losses were above chance (a bad initialisation that it only undid)."""
+    oscillation_progress: float = 0.5
+    """OSCILLATING needs the run to have kept less than this share of its first-quarter loss
+    off (1 - last quarter / first quarter): mini-batch noise on a loss that fell by half or
+    more is the noise of a healthy run, not oscillation."""
     min_losses: int = 8
     """Trend rules need at least this many recorded losses."""
     lr_low_update_ratio: float = 1e-4
@@ -114,8 +122,27 @@ class Thresholds:
     """SYMMETRIC_WEIGHTS: largest difference between rows / largest |weight| below this."""
     overfit_rise: float = 0.05
     """OVERFITTING: the last validation loss is this share above its best..."""
+    overfit_min_rise: float = 0.02
+    """...and at least this much above it in absolute terms (a rise from 0.010 to 0.011 at
+    99.8% accuracy is noise, whatever its share)..."""
+    overfit_give_back: float = 0.1
+    """...and the rise gives back at least this share of what validation gained from its
+    first value to its best..."""
+    overfit_sustained: int = 2
+    """...for each of the last this many validation points (a sustained rise, not one bad
+    evaluation)..."""
     overfit_after_best: int = 2
     """...at least this many validation points after the best one."""
+    cleared_share: float = 0.5
+    """ZERO_GRAD_IN_ACCUMULATION: gradients cleared between two backward passes of one
+    optimizer step in at least this share of the steps with several passes (and in at least
+    `min_events` of them)."""
+    frozen_move_ratio: float = 1e-7
+    """FROZEN_PARAMS_MOVE: a parameter without gradient moved by more than this share of its
+    norm at one optimizer step (float32 rounding moves nothing; momentum moves ~lr)..."""
+    frozen_move_events: int = 1
+    """...at this many statistics steps: a tensor without gradient that moves is never noise,
+    so one statistics step is enough (at the default schedule one comes every 50 steps)."""
 
 
 @dataclass
@@ -138,6 +165,12 @@ class Evidence:
     symmetric: dict[str, dict[str, float]] = field(default_factory=dict)
     eval_mode_training: Any = None
     train_mode_eval: Any = None
+    #: optimizer steps that ran several backward passes, and those of them where the
+    #: gradients were cleared between two passes (see ZERO_GRAD_IN_ACCUMULATION)
+    accumulating_steps: int = 0
+    cleared_steps: list[int] = field(default_factory=list)
+    #: parameter -> (statistics steps it moved without a gradient, largest relative move)
+    moved_without_grad: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def _finite(v: Any) -> bool:
@@ -171,19 +204,26 @@ def oscillation(losses: list[float], reference: float) -> tuple[float, float, fl
     return changes, _mean([abs(x) for x in d]) / level, net
 
 
-def loss_verdict(losses: list[float], th: Thresholds = Thresholds()) -> str:
-    """The lesson's words for a loss curve, decided the way the lesson meant them."""
+def loss_verdict(losses: list[float], th: Thresholds = Thresholds(),
+                 chance: float | None = None) -> str:
+    """The lesson's words for a loss curve, decided the way the lesson meant them. `chance`
+    (optional) is the loss of a model that guesses (ln C for C classes)."""
     if len(losses) < 2:
         return "NOT_ENOUGH_DATA"
     if any(not math.isfinite(v) for v in losses):
         return "NAN_OR_INF"
     if len(losses) >= 20 and _mean(losses[-10:]) >= th.not_decreasing * _mean(losses[:10]):
         return "NOT_DECREASING"
+    if chance is not None and chance > 0 and len(losses) >= th.min_losses \
+            and _mean(losses[-10:]) >= th.chance_share * chance:
+        return "NOT_DECREASING"
     recent = losses[-10:]
     if len(recent) >= 5:
         changes, amplitude, net = oscillation(recent, max(abs(v) for v in losses[:10]))
+        first, last = _quarters(losses)
+        progress = 1 - last / first if first > 0 else 0.0
         if changes >= th.oscillation_sign_changes and amplitude >= th.oscillation_amplitude \
-                and net < 0.5:
+                and net < 0.5 and progress < th.oscillation_progress:
             return "OSCILLATING"
     return "HEALTHY"
 
@@ -233,9 +273,16 @@ def rule_nonfinite(ev: Evidence, th: Thresholds) -> list[Finding]:
         if layers or params:
             first_rec, layer = rec, (layers[0] if layers else None)
             break
+    bad_val = next((i for i, v in enumerate(ev.val_losses) if not math.isfinite(v)), None)
     if bad_loss is None and first_rec is None:
-        return []
-    evidence: dict[str, Any] = {"first_nonfinite_loss_index": bad_loss}
+        if bad_val is None:
+            return []
+        return [Finding("NAN_OR_INF", f"validation loss is NaN/Inf from evaluation {bad_val} "
+                        f"(the training loss stayed finite: look at the evaluation pass)",
+                        evidence={"first_nonfinite_val_index": bad_val,
+                                  "val_loss": ev.val_losses[bad_val]})]
+    evidence: dict[str, Any] = {"first_nonfinite_loss_index": bad_loss,
+                                "first_nonfinite_val_index": bad_val}
     if bad_loss is not None:
         evidence["last_finite_loss"] = next((v for v in reversed(ev.losses[:bad_loss])), None)
     if first_rec is not None:
@@ -581,13 +628,31 @@ def rule_symmetric(ev: Evidence, th: Thresholds) -> list[Finding]:
     return out
 
 
+def overfit_rise(vals: list[float], th: Thresholds) -> dict[str, Any] | None:
+    """The validation-loss rise that counts as overfitting (see the overfit_* thresholds), as
+    evidence; None when the rise is absent, too small or not sustained."""
+    if len(vals) < th.overfit_after_best + 2 or not all(math.isfinite(v) for v in vals):
+        return None
+    best = min(range(len(vals)), key=vals.__getitem__)
+    if len(vals) - 1 - best < max(th.overfit_after_best, th.overfit_sustained):
+        return None
+    gained = vals[0] - vals[best]
+    floor = max(vals[best] * (1 + th.overfit_rise), vals[best] + th.overfit_min_rise,
+                vals[best] + th.overfit_give_back * gained)
+    last = vals[-th.overfit_sustained:]
+    if min(last) < floor:
+        return None
+    return {"best_val_index": best, "best_val_loss": vals[best], "last_val_loss": vals[-1],
+            "rise": vals[-1] - vals[best], "relative_rise": vals[-1] / vals[best] - 1
+            if vals[best] > 0 else math.inf, "rise_floor": floor, "sustained_points": len(last)}
+
+
 def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
     vals = ev.val_losses
-    if len(vals) < th.overfit_after_best + 2 or not all(math.isfinite(v) for v in vals):
+    rise = overfit_rise(vals, th)
+    if rise is None:
         return []
-    best = min(range(len(vals)), key=vals.__getitem__)
-    if len(vals) - 1 - best < th.overfit_after_best or vals[-1] < vals[best] * (1 + th.overfit_rise):
-        return []
+    best = rise["best_val_index"]
     losses = ev.losses
 
     def train_at(k: int) -> float | None:
@@ -599,16 +664,46 @@ def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
         return []
     return [Finding("OVERFITTING",
                     f"validation loss rose from {vals[best]:.3g} (evaluation {best}) to "
-                    f"{vals[-1]:.3g} while training loss fell from {t_best:.3g} to {t_last:.3g}",
-                    evidence={"best_val_index": best, "best_val_loss": vals[best],
-                              "last_val_loss": vals[-1], "train_loss_at_best": t_best,
-                              "train_loss_last": t_last})]
+                    f"{vals[-1]:.3g} (+{rise['rise']:.2g}, {rise['relative_rise']:.0%}; the last "
+                    f"{rise['sustained_points']} evaluations all above {rise['rise_floor']:.3g}) "
+                    f"while training loss fell from {t_best:.3g} to {t_last:.3g}",
+                    evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last})]
+
+
+# -- loop faults seen through the gradient bookkeeping (issue 16) -----------------------------
+def rule_zero_grad_in_accumulation(ev: Evidence, th: Thresholds) -> list[Finding]:
+    cleared, steps = ev.cleared_steps, ev.accumulating_steps
+    if len(cleared) < th.min_events or steps == 0 or len(cleared) / steps < th.cleared_share:
+        return []
+    return [Finding("ZERO_GRAD_IN_ACCUMULATION",
+                    f"in {len(cleared)} of {steps} optimizer steps with several backward "
+                    f"passes, the gradients were cleared between two passes: each step used "
+                    f"the last micro-batch only",
+                    evidence={"cleared_steps": len(cleared), "accumulating_steps": steps,
+                              "first_steps": cleared[:5]}, step=cleared[0])]
+
+
+def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
+    moved = {n: v for n, v in ev.moved_without_grad.items()
+             if v[0] >= th.frozen_move_events and v[1] > th.frozen_move_ratio}
+    if not moved:
+        return []
+    names = sorted(moved)
+    return [Finding("FROZEN_PARAMS_MOVE",
+                    f"{len(names)} parameter tensor(s) without a gradient moved at the optimizer "
+                    f"step ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}), by up to "
+                    f"{_sig(max(v[1] for v in moved.values()))} of their norm",
+                    layer=names[0].rpartition(".")[0] or None,
+                    evidence={"params": names[:10],
+                              "steps_moved": {n: moved[n][0] for n in names[:10]},
+                              "max_relative_move": max(v[1] for v in moved.values())})]
 
 
 RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
     rule_nonfinite, rule_lr_too_high, rule_lr_too_low, rule_lr_decayed, rule_dead_neurons,
     rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
     rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
+    rule_zero_grad_in_accumulation, rule_frozen_params_move,
 ]
 
 

@@ -1,0 +1,92 @@
+"""Functional code, seen: activations and losses called through torch.nn.functional or torch ops.
+
+Practitioners write `F.relu(self.fc1(x))` at least as often as `nn.ReLU()`, and call
+`F.cross_entropy(...)` or a hand-written multi-term loss rather than the criterion they passed
+to the debugger. Module hooks see none of that. `FunctionalWatch` is a `TorchFunctionMode`
+that the debugger enters on statistics steps only (from the model's forward until the first
+gradient arrives or the optimizer steps): every call of a function in `ACTIVATION_FUNCTIONS`
+is measured like the output of an activation module and named after the module it was called
+in (`fc_block/relu`, `relu` at the root; a second call in the same module `relu#2`), and every
+call of a function in `LOSS_FUNCTIONS` has its (prediction, target) handed to the loss-input
+inspector. Between statistics steps no mode is active and nothing is intercepted.
+
+Calls made inside a module the debugger already hooks (nn.ReLU calls F.relu, nn.Softmax calls
+F.softmax, MultiheadAttention its own softmax) are left to that module's hook.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+
+#: function -> (short name, relu-like: outputs >= 0, so a unit whose sum is 0 is dead)
+ACTIVATION_FUNCTIONS: dict[Callable[..., Any], tuple[str, bool]] = {}
+for _name, _relu_like in [("relu", True), ("relu6", True), ("leaky_relu", False),
+                          ("elu", False), ("selu", False), ("celu", False), ("gelu", False),
+                          ("silu", False), ("mish", False), ("softplus", False),
+                          ("sigmoid", False), ("tanh", False), ("hardtanh", False),
+                          ("hardsigmoid", False), ("hardswish", False),
+                          ("softmax", False), ("log_softmax", False)]:
+    for _owner in (F, torch, torch.Tensor):
+        _fn = getattr(_owner, _name, None)
+        if _fn is not None:
+            ACTIVATION_FUNCTIONS.setdefault(_fn, (_name, _relu_like))
+for _name in ("relu_", "sigmoid_", "tanh_"):          # in place, on tensors and in torch
+    for _owner in (torch, torch.Tensor):
+        if (_fn := getattr(_owner, _name, None)) is not None:
+            ACTIVATION_FUNCTIONS.setdefault(_fn, (_name.rstrip("_"), _name == "relu_"))
+
+#: losses whose first two arguments are (prediction, target)
+LOSS_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset(
+    getattr(F, n) for n in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
+                            "huber_loss", "binary_cross_entropy",
+                            "binary_cross_entropy_with_logits", "kl_div")
+    if hasattr(F, n))
+
+BACKWARD_FUNCTIONS = frozenset({torch.Tensor.backward, torch.autograd.backward,
+                                torch.autograd.grad})
+
+#: modules whose own hook already measures what they compute
+HOOKED_ELSEWHERE: tuple[type, ...] = (nn.modules.loss._Loss,)
+
+
+class FunctionalWatch(TorchFunctionMode):
+    """Reports activation calls to `on_activation(name, relu_like, output)` and loss calls to
+    `on_loss(prediction, target, fn)`; `module_stack` holds the names of the modules running
+    now (innermost last) and `skip` says whether the innermost one is hooked already."""
+
+    def __init__(self, on_activation: Callable[[str, bool, Any], None],
+                 on_loss: Callable[[Any, Any, Callable[..., Any]], None]) -> None:
+        super().__init__()
+        self.on_activation = on_activation
+        self.on_loss = on_loss
+        self.module_stack: list[tuple[str, bool]] = []     # (name, hooked already)
+        self.calls: dict[str, int] = {}
+        self.active = True
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in BACKWARD_FUNCTIONS:      # the forward is over: nothing more to see
+            self.active = False
+        out = func(*args, **kwargs)
+        if not self.active or (self.module_stack and self.module_stack[-1][1]):
+            return out
+        spec = ACTIVATION_FUNCTIONS.get(func)
+        if spec is not None:
+            where = self.module_stack[-1][0] if self.module_stack else ""
+            base = f"{where}/{spec[0]}" if where else spec[0]
+            n = self.calls[base] = self.calls.get(base, 0) + 1
+            self.on_activation(base if n == 1 else f"{base}#{n}", spec[1], out)
+        elif func in LOSS_FUNCTIONS and len(args) >= 2:
+            self.on_loss(args[0], args[1], func)
+        return out
+
+
+def function_mode_on_top(mode: TorchFunctionMode) -> bool:
+    """Is `mode` the innermost active torch function mode (so it can be exited in order)?"""
+    stack = torch.overrides._get_current_function_mode_stack()
+    return bool(stack) and stack[-1] is mode

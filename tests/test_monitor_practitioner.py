@@ -1,0 +1,209 @@
+"""The debugger on models as practitioners change them: freezing, swapping, moving; lifecycle;
+verdicts that agree with the evidence (issue 16)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lesson.debugger.monitor import NetworkDebugger
+from lesson.debugger.rules import Evidence, Thresholds, loss_verdict, rule_overfitting
+
+
+def tiny() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def train(model, opt, dbg, steps, start=0, at=None):
+    g = torch.Generator().manual_seed(start)
+    for step in range(start, start + steps):
+        if at is not None and step in at:
+            at[step]()
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+        loss = F.cross_entropy(model(x.to(next(model.parameters()).dtype)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dbg.record_loss(loss.detach())
+
+
+def test_freezing_after_attach_does_not_crash_training():
+    """The issue's minimal case: requires_grad_(False) at step 20 crashed model(x) at step 50."""
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(model, opt, dbg, 60, at={20: lambda: model[0].requires_grad_(False)})
+    assert dbg.errors == []
+    assert sorted(dbg.history[-1]["params"]) == ["2.bias", "2.weight"]   # frozen: not watched
+    assert "NO_GRADIENT" not in {f.code for f in dbg.diagnose()}
+
+
+def test_unfrozen_layer_is_watched_again():
+    torch.manual_seed(0)
+    model = tiny()
+    model[0].requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+    train(model, opt, dbg, 120, at={60: lambda: model[0].requires_grad_(True)})
+    last = dbg.history[-1]["params"]
+    assert sorted(last) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert last["0.weight"]["grad_norm"] > 0 and dbg.errors == []
+
+
+def test_new_param_group_swapped_module_and_dtype_move():
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model[2].parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+
+    def swap():
+        model[2] = nn.Linear(8, 2)
+        opt.add_param_group({"params": model[2].parameters()})
+
+    def add_group():
+        opt.add_param_group({"params": model[0].parameters(), "lr": 0.01})
+    train(model, opt, dbg, 150, at={30: add_group, 70: swap, 110: lambda: model.double()})
+    # float64 inputs from step 110 on
+    assert dbg.errors == []
+    assert model[2].weight is not None
+    codes = {f.code for f in dbg.diagnose()}
+    assert "PARAMS_NOT_UPDATED" not in codes and "NO_GRADIENT" not in codes
+
+
+def test_internal_error_goes_to_errors_with_one_warning(monkeypatch):
+    import lesson.debugger.monitor as monitor
+    monkeypatch.setattr(monitor, "activation_summary",
+                        lambda t: (_ for _ in ()).throw(ValueError("broken statistic")))
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+    with pytest.warns(RuntimeWarning, match="debugger.errors") as caught:
+        train(model, opt, dbg, 5)
+    assert len([w for w in caught if "debugger.errors" in str(w.message)]) == 1
+    assert dbg.errors and "broken statistic" in dbg.errors[0]
+
+
+def test_recording_after_remove_hooks_warns_once():
+    model = tiny()
+    dbg = NetworkDebugger(model)
+    dbg.record_loss(1.0)
+    dbg.remove_hooks()
+    with pytest.warns(RuntimeWarning, match="after remove_hooks") as caught:
+        dbg.record_loss(0.9)
+        dbg.record_val_loss(0.8)
+    assert len(caught) == 1 and dbg.loss_history == [1.0, 0.9]
+
+
+def test_nan_validation_loss_is_reported():
+    model = tiny()
+    dbg = NetworkDebugger(model)
+    for v in [1.0, 0.9, 0.8]:
+        dbg.record_loss(v)
+    dbg.record_val_loss(0.7)
+    dbg.record_val_loss(float("nan"))
+    found = [f for f in dbg.diagnose() if f.code == "NAN_OR_INF"]
+    assert found and "validation" in found[0].message
+    assert found[0].evidence["first_nonfinite_val_index"] == 1
+
+
+# -- verdicts that agree with the evidence ---------------------------------------------------
+def overfit_evidence(vals: list[float]) -> Evidence:
+    losses = [2.0 * 0.97 ** i for i in range(10 * len(vals))]
+    return Evidence(losses=losses, val_losses=vals, val_at=[10 * (k + 1) for k in range(len(vals))])
+
+
+@pytest.mark.parametrize("vals", [
+    [0.40, 0.12, 0.060, 0.055, 0.058, 0.061],      # +10% at 99% accuracy: 0.006 absolute
+    [0.30, 0.05, 0.0100, 0.0105, 0.0109],          # +9%, 0.0009 absolute
+    [0.9, 0.5, 0.30, 0.29, 0.31, 0.28],            # one bad evaluation, not sustained
+])
+def test_small_or_passing_val_rises_are_not_overfitting(vals):
+    assert rule_overfitting(overfit_evidence(vals), Thresholds()) == []
+
+
+def test_a_sustained_rise_that_matters_is_overfitting():
+    vals = [1.674, 1.101, 1.1, 1.084, 1.084, 1.117, 1.149, 1.17, 1.181, 1.188]
+    (f,) = rule_overfitting(overfit_evidence(vals), Thresholds())
+    assert f.evidence["rise"] == pytest.approx(0.104) and f.evidence["sustained_points"] == 2
+    assert "+0.1" in f.message
+
+
+def test_mini_batch_noise_on_a_falling_loss_is_healthy():
+    g = torch.Generator().manual_seed(0)
+    for seed in range(9):
+        noise = torch.randn(200, generator=g).abs()
+        losses = [2.3 * math.exp(-i / 30) + 0.05 + 0.1 * float(n) for i, n in enumerate(noise)]
+        assert loss_verdict(losses) == "HEALTHY"
+
+
+def test_a_loss_at_chance_is_never_healthy():
+    # a bad initialisation undone (3.0 -> 2.30 = ln 10), then nothing learned
+    losses = [3.0 - 0.1 * i for i in range(7)] + [math.log(10) + 0.01 * (-1) ** i
+                                                 for i in range(40)]
+    assert loss_verdict(losses) == "HEALTHY"          # without the class count: no way to tell
+    assert loss_verdict(losses, chance=math.log(10)) == "NOT_DECREASING"
+
+
+def test_check_loss_health_knows_chance_from_the_criterion():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 10))
+    crit = nn.CrossEntropyLoss()
+    dbg = NetworkDebugger(model, criterion=crit)
+    with torch.no_grad():
+        model[0].weight.mul_(30)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for step in range(60):                          # labels carry no signal: chance at best
+        x, y = torch.randn(64, 4), torch.randint(0, 10, (64,))
+        loss = crit(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dbg.record_loss(loss.item())
+    assert dbg.loss_inspector.chance_loss() == pytest.approx(math.log(10))
+    assert dbg.loss_history[0] > 2 * math.log(10)     # it started well above chance
+    assert dbg.check_loss_health() == "NOT_DECREASING"
+
+
+# -- loop faults seen through the gradient bookkeeping ---------------------------------------
+def accumulate(zero_inside: bool, set_to_none: bool = True, freeze_at: int | None = None):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    for step in range(60):
+        if step == freeze_at:
+            model[0].requires_grad_(False)
+        opt.zero_grad(set_to_none=set_to_none)
+        for _ in range(4):
+            if zero_inside:
+                opt.zero_grad()
+            x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+            loss = F.cross_entropy(model(x), y) / 4
+            loss.backward()
+            dbg.record_loss(loss.detach())
+        opt.step()
+    return {f.code: f for f in dbg.diagnose()}
+
+
+def test_zero_grad_inside_accumulation_loop_is_named():
+    assert accumulate(zero_inside=False) == {}
+    found = accumulate(zero_inside=True)
+    assert set(found) == {"ZERO_GRAD_IN_ACCUMULATION"}
+    assert found["ZERO_GRAD_IN_ACCUMULATION"].evidence["cleared_steps"] == 60
+
+
+def test_frozen_weights_moved_by_momentum_are_named():
+    assert accumulate(False, set_to_none=True, freeze_at=20) == {}
+    found = accumulate(False, set_to_none=False, freeze_at=20)
+    assert set(found) == {"FROZEN_PARAMS_MOVE"}
+    assert found["FROZEN_PARAMS_MOVE"].evidence["params"] == ["0.bias", "0.weight"]
+    assert found["FROZEN_PARAMS_MOVE"].evidence["max_relative_move"] > 1e-4
