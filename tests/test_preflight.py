@@ -244,6 +244,7 @@ OUT_OF_REACH = {
     "overfitting": "needs the validation curve", "test_rows_in_train": "needs the test split",
     "label_noise": "needs confident learning over k folds (find_label_issues)",
     "custom_function_transpose": "a wrong backward formula: the gradient check's job",
+    "zero_grad_in_accumulation": "training loop", "frozen_layer_moves": "training loop",
 }
 #: cases preflight cannot run: their script trains no torch module under a NetworkDebugger
 NOT_CAPTURED = {"miniframework_transpose": "the NumPy mini-framework"}
