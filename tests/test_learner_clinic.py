@@ -46,6 +46,15 @@ def test_switching_a_check_off_is_caught():
     assert changed and "validate_data" in changed[0]
 
 
+def test_recording_the_loss_as_readme_advises_is_not_a_change_of_the_harness():
+    fixed = _script("dead_relu", "train_fixed",
+                    [("debugger.record_loss(loss.item())", "debugger.record_loss(loss.detach())")])
+    assert harness_changes("dead_relu", fixed) == []
+    dropped = _script("dead_relu", "train_fixed",
+                      [("debugger.record_loss(loss.item())", "pass")])
+    assert harness_changes("dead_relu", dropped) == ["debugger.record_loss(loss.item())"]
+
+
 def test_the_catalogues_own_function_is_not_a_repair():
     from broken_models import CATALOGUE
 

@@ -49,6 +49,15 @@ def show_case(name: str, into: dict[str, Any] | None = None) -> None:
                      if not k.startswith("_") and not k.isupper() and k not in _NOT_SHARED})
 
 
+#: ways of handing a loss to the debugger that measure the same thing (README recommends
+#: `.detach()`, which keeps the value on the device; `.item()` copies it to the host)
+_SAME_LOSS = re.compile(r"record_(val_)?loss\((\w+)\.(?:item|detach)\(\)\)")
+
+
+def _normalised(line: str) -> str:
+    return _SAME_LOSS.sub(lambda m: f"record_{m.group(1) or ''}loss({m.group(2)})", line.strip())
+
+
 def harness_lines(source: str) -> list[str]:
     """The stripped lines of a script that measure or report."""
     return [ln.strip() for ln in source.splitlines() if _HARNESS.search(ln)]
@@ -64,5 +73,6 @@ def harness_changes(name: str, repair: Callable[..., Any]) -> list[str]:
         source = inspect.getsource(repair)
     except (OSError, TypeError) as exc:
         return [f"cannot read the repair's source: {exc}"]
-    mine = {ln.strip() for ln in source.splitlines()}
-    return [ln for ln in harness_lines(inspect.getsource(module.train_broken)) if ln not in mine]
+    mine = {_normalised(ln) for ln in source.splitlines()}
+    return [ln for ln in harness_lines(inspect.getsource(module.train_broken))
+            if _normalised(ln) not in mine]
