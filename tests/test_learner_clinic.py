@@ -105,3 +105,20 @@ def test_clinic_solutions_keep_the_current_harness_of_their_cases():
                        if ln not in mine]
             assert not missing, f"{ex.name}/{name}: the case's harness changed: {missing}"
             assert f"def repaired_{name}(seed" in cell.source
+
+
+def test_a_diagnosis_is_graded_as_the_cause_and_a_consequence_is_called_one():
+    from broken_models import CATALOGUE
+    from lesson.course.learner.clinic import judge_diagnosis
+
+    for name, case in CATALOGUE.items():
+        for code in case.causes:
+            assert judge_diagnosis(name, code).right, (name, code)
+        for code in case.consequences:
+            verdict = judge_diagnosis(name, code)
+            assert verdict.kind == "consequence" and "consequence" in verdict.message
+            assert not any(c in verdict.message for c in case.causes)   # the answer stays hidden
+    assert judge_diagnosis("dead_relu", "OVERFITTING").kind == "unrelated"
+    assert judge_diagnosis("dead_relu", None).kind == "missing"
+    not_code = judge_diagnosis("dead_relu", "DEAD")
+    assert not_code.kind == "not a code" and "quotes" in not_code.message

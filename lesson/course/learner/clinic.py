@@ -12,6 +12,7 @@ import importlib
 import inspect
 import re
 import textwrap
+from dataclasses import dataclass
 from typing import Any, Callable
 
 #: a line of a case script that measures or reports, rather than trains
@@ -56,6 +57,38 @@ _SAME_LOSS = re.compile(r"record_(val_)?loss\((\w+)\.(?:item|detach)\(\)\)")
 
 def _normalised(line: str) -> str:
     return _SAME_LOSS.sub(lambda m: f"record_{m.group(1) or ''}loss({m.group(2)})", line.strip())
+
+
+@dataclass(frozen=True)
+class DiagnosisVerdict:
+    """How a diagnosis relates to the case's bug, in words a student can act on."""
+
+    kind: str      # "cause", "consequence", "unrelated", "not a code" or "missing"
+    message: str
+
+    @property
+    def right(self) -> bool:
+        return self.kind == "cause"
+
+
+def judge_diagnosis(name: str, code: Any) -> DiagnosisVerdict:
+    """Grade a diagnosis as the cause: any code the case page lists in CAUSES is right; one in
+    CONSEQUENCES is wrong, and the verdict says it is a consequence (without naming the cause)."""
+    from lesson.findings import CODES
+
+    case = _case(name)
+    if code is None:
+        return DiagnosisVerdict("missing", f'set diagnosis["{name}"] to a code from lesson.CODES')
+    if not isinstance(code, str) or code not in CODES:
+        return DiagnosisVerdict("not a code", f"{code!r} is not a code of lesson.CODES "
+                                "(a code is a string in quotes, such as \"NAN_OR_INF\")")
+    if code in case.causes:
+        return DiagnosisVerdict("cause", f"{code} names the cause.")
+    if code in case.consequences:
+        return DiagnosisVerdict("consequence", f"{code} is true of this run, but it is a "
+                                "consequence of the bug, not its cause: what produced it?")
+    return DiagnosisVerdict("unrelated", f"{code} is not what is wrong in this script: "
+                            "read the evidence again (which finding explains the others?)")
 
 
 def harness_lines(source: str) -> list[str]:
