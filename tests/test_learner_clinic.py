@@ -74,6 +74,8 @@ def test_show_case_prints_the_card_and_shares_the_scripts_helpers(capsys):
     show_case("test_rows_in_train", into=namespace)
     out = capsys.readouterr().out
     assert "symptom:" in out and "def train_broken(seed" in out
+    from broken_models import CATALOGUE
+    assert CATALOGUE["test_rows_in_train"].title not in out     # the title names the bug
     assert "rows_in" in namespace and "digits" in namespace
     assert "train_fixed" not in namespace and "TITLE" not in namespace
     with pytest.raises(ValueError, match="no case"):

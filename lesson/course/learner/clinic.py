@@ -37,11 +37,10 @@ def _module(name: str) -> Any:
 
 
 def show_case(name: str, into: dict[str, Any] | None = None) -> None:
-    """Print a case's symptom and target, then its broken training script. With `into` (the
-    notebook's `globals()`), also define the helpers that script uses (its imports and the
-    page's own functions), so a copy of it runs in the notebook."""
+    """Print a case's symptom and target, then its broken training script (not the title: it
+    names the bug). With `into` (the notebook's `globals()`), also define the helpers that
+    script uses (its imports and the page's own functions), so a copy of it runs here."""
     case, module = _case(name), _module(name)
-    print(f"{case.title}\n")
     print(f"symptom: {case.symptom}")
     print(f"target:  {case.target}\n")
     print(textwrap.dedent(inspect.getsource(module.train_broken)))
