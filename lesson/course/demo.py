@@ -113,7 +113,13 @@ def _active_checks(x: torch.Tensor, y: torch.Tensor) -> None:
     _banner("OVERFIT-ONE-BATCH TEST (healthy model)")
     overfit_one_batch(_mlp(10, 32, 2), x[:8], y[:8], criterion)
     _banner("LEARNING RATE FINDER")
-    find_learning_rate(_mlp(10, 32, 2), x, y, criterion)
+    sweep = find_learning_rate(_mlp(10, 32, 2), x, y, criterion)
+    if sweep.suggested_lr is not None:
+        print(f"  Why BUG 1's lr=10 was too high though the sweep reached 10 without diverging:\n"
+              f"  the sweep arrives at 10 with weights already trained by the smaller rates\n"
+              f"  before it, where the loss is flatter; a fresh network started at 10 bounces.\n"
+              f"  Start training at the suggestion, {sweep.suggested_lr:.2g} "
+              f"({10 / sweep.suggested_lr:.1f}x below 10).")
     _banner("GRADIENT CHECK")
     gradient_check(_mlp(10, 8, 2), x[:4], y[:4], criterion)
 
