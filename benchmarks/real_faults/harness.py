@@ -61,7 +61,7 @@ class Script:
     steps: int = 150
     batch: int | None = 64                    # None: the whole training split every step
     shuffle: bool = True
-    eval_every: int = 10
+    eval_every: int | None = None            # None: once per epoch, as most scripts do
     task: str = "classification"              # or "regression"
     step: Step = standard_step
     evaluate: Evaluate = standard_evaluate
@@ -190,7 +190,7 @@ def run(fault: Fault, bug: bool, seed: int = 0) -> Result:
                         first_bad = last_finite or (state, x, y)
                 if s.scheduler is not None and (s.scheduler_per_batch or epoch_end):
                     s.scheduler.step()
-                if (step + 1) % s.eval_every == 0:
+                if (epoch_end if s.eval_every is None else (step + 1) % s.eval_every == 0):
                     dbg.record_val_loss(s.evaluate(s, d.x_val, d.y_val).detach())
             findings += dbg.diagnose()
             errors += dbg.errors

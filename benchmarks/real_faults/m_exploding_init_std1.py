@@ -19,4 +19,4 @@ FAULT = Fault("N(0,1) initialisation of a deep ReLU net", "d2l-ai/d2l-vi#1127 (n
               "stability and initialisation); AUTOTRAINER: exploding gradient", "model",
               ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH"),
               "the loss is huge or NaN from the first steps",
-              lambda r: not r.finite or r.losses[0] > 100 or r.val_score < 0.8, build, blame="0")
+              lambda r: not r.finite or r.losses[0] > 100 or r.val_score < 0.8, build)

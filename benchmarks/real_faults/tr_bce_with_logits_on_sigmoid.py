@@ -16,5 +16,5 @@ def build(bug: bool, seed: int) -> Script:
 
 FAULT = Fault("sigmoid before BCEWithLogitsLoss", "runame/laplace-redux#1 (probabilities where "
               "logits are expected); Humbatova et al.: wrong loss function input", "training",
-              ("DOUBLE_SOFTMAX",), "the loss cannot fall below ~0.5 on separable data",
-              lambda r: min(r.losses) > 0.45, build, blame="2")
+              ("DOUBLE_SOFTMAX",), "the loss stays near 0.5 on separable data",
+              lambda r: sum(r.losses[-20:]) / 20 > 0.45, build, blame="2")

@@ -1,20 +1,9 @@
-"""clip_grad_norm_ called after optimizer.step(): the long-sequence RNN's updates are never clipped."""
+"""clip_grad_norm_ called after optimizer.step(): targets in raw units (~10) give gradients that
+the configured clipping never tames, because it runs once the step is taken."""
 import torch
 from torch import nn
 
-from .harness import Fault, Script, sequences, sgd
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.rnn, self.head = nn.RNN(4, 32, nonlinearity="relu", batch_first=True), nn.Linear(32, 2)
-        with torch.no_grad():
-            self.rnn.weight_hh_l0.copy_(1.05 * torch.eye(32) + 0.05 * torch.randn(32, 32))
-
-    def forward(self, x):
-        out, _ = self.rnn(x)
-        return self.head(out[:, -1])
+from .harness import Fault, Script, Split, mlp, regression, sgd
 
 
 def make_step(bug: bool):
@@ -32,14 +21,17 @@ def make_step(bug: bool):
 
 
 def build(bug: bool, seed: int) -> Script:
-    model = Net()
-    s = Script(model, sequences(seed, steps=60), nn.CrossEntropyLoss(), sgd(model, 0.01), steps=100)
+    d = regression(seed, n_train=1024)
+    d = Split(d.x_train, 10 * d.y_train, d.x_val, 10 * d.y_val)
+    model = nn.Sequential(mlp([4, 64, 64, 1]), nn.Flatten(0))
+    s = Script(model, d, nn.MSELoss(), sgd(model, 0.03, 0.9), steps=200, task="regression")
     s.step = make_step(bug)
     return s
 
 
-FAULT = Fault("gradient clipping after optimizer.step()", "VGraphRNN/VGRNN#4; awslabs/graphstorm#1366",
-              "API", ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH"),
+FAULT = Fault("gradient clipping after optimizer.step()", "VGraphRNN/VGRNN#4; awslabs/graphstorm#1366; "
+              "jongwook/onsets-and-frames#24", "API",
+              ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH"),
               "the loss blows up although clipping is configured",
-              lambda r: not r.finite or max(r.losses) > 10 * r.losses[0] or r.val_score < 0.7,
+              lambda r: not r.finite or max(r.losses) > 10 * r.losses[0] or r.val_score < 0.5,
               build)

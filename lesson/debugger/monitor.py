@@ -47,6 +47,7 @@ from lesson.debugger.batches import BatchInspector
 from lesson.debugger.distributed import unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
 from lesson.debugger.loss_inputs import LossInputInspector
+from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
                                    graph_leaves, symmetric_layers)
@@ -207,6 +208,9 @@ class NetworkDebugger(Engine):
         self._root_output_hook = model.register_forward_hook(self._on_root_output,
                                                              with_kwargs=True)
         self.hooks.append(self._root_output_hook)
+        self._eval_probe = EvalDeterminismProbe(model, [m for _, m in self._mode_modules],
+                                                lambda: self._step, self._error)
+        self.hooks.append(model.register_forward_hook(self._eval_probe.hook, with_kwargs=True))
         for name, module in model.named_modules():
             if watched(module):
                 name = name or type(module).__name__
@@ -227,6 +231,8 @@ class NetworkDebugger(Engine):
         return s != self._closed_step and self._scheduled(s)
 
     def _collecting(self) -> bool:
+        if self._eval_probe._busy:      # the probe's extra passes are not the user's
+            return False
         return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
 
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
@@ -510,11 +516,13 @@ class NetworkDebugger(Engine):
             layer_order=list(self._layer_order), layer_kinds=dict(self._layer_kinds),
             never_grad=never, unstepped=self._unstepped_tensors(),
             symmetric=symmetric_layers(self.model),
-            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval)
+            eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
+            stochastic_eval=self._eval_probe.evidence)
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, most important first; an empty list when the run looks healthy."""
-        found = rules.evaluate(self.evidence(), self.thresholds)
+        evidence = self.evidence()
+        found = rules.evaluate(evidence, self.thresholds)
         step = self._step
         for inspector in (self.loss_inspector, self.batch_inspector):
             if inspector is not None:
@@ -522,6 +530,7 @@ class NetworkDebugger(Engine):
                     found.extend(inspector.findings(step))
                 except Exception as exc:
                     self._error(type(inspector).__name__, exc)
+        found = rules.blame_output_layer(found, evidence)
         unique: dict[tuple[str, str | None], Finding] = {}
         for f in found:
             unique.setdefault((f.code, f.layer), f)
