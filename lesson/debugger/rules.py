@@ -118,7 +118,7 @@ class Thresholds:
     """...at least this many validation points after the best one."""
     no_signal_min_val: int = 3
     """LABELS_SHUFFLED from a training run: at least this many recorded validation losses..."""
-    no_signal_val_margin: float = 0.1
+    no_signal_val_margin: float = 0.2
     """...none of them this share below the loss of the untrained model (the mean of the
     first `no_signal_start` training losses: ln K for a K-class classifier, the chance level)
     nor below the first validation loss (so a validation loss summed instead of averaged, or
@@ -127,8 +127,9 @@ class Thresholds:
     """...(the untrained loss is the mean of this many first training losses)..."""
     no_signal_train_fit: float = 0.8
     """...while the training loss of the last quarter fell to this share of the untrained
-    loss (twice the validation margin: with real labels the validation loss follows the
-    training loss down early in training, before any gap opens): the model fits its training
+    loss (with real labels the validation loss follows the training loss down early in
+    training, before any gap opens; the untrained loss can sit above ln K, hence the
+    validation margin's 20%): the model fits its training
     labels and learns nothing that carries to new inputs.
     Real labels, even noisy or overfitted ones, bring the validation loss well below chance
     at some point; labels misaligned with their inputs never do."""
