@@ -49,6 +49,7 @@ from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
 from lesson.debugger.functional import HOOKED_ELSEWHERE, FunctionalWatch, function_mode_on_top
 from lesson.debugger.loss_inputs import LossInputInspector
+from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
                                    graph_leaves, symmetric_layers)
@@ -220,6 +221,10 @@ class NetworkDebugger(Engine):
         self._root_output_hook = model.register_forward_hook(
             self._guarded("forward", self._on_root_output), with_kwargs=True)
         self.hooks.append(self._root_output_hook)
+        # random layers left on at evaluation, however applied (see lesson.debugger.stochastic)
+        self._eval_probe = EvalDeterminismProbe(model, [], lambda: self._step, self._error)
+        self.hooks.append(model.register_forward_hook(
+            self._guarded("forward", self._eval_probe.hook), with_kwargs=True))
         self._watch_model()
         if self.optimizer is not None:
             self.hooks.append(self.optimizer.register_step_pre_hook(
@@ -273,6 +278,7 @@ class NetworkDebugger(Engine):
         self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
+        self._eval_probe.mode_modules = [m for _, m in self._mode_modules]
 
 
     def _is_stats_step(self) -> bool:
@@ -280,6 +286,8 @@ class NetworkDebugger(Engine):
         return s != self._closed_step and self._scheduled(s)
 
     def _collecting(self) -> bool:
+        if self._eval_probe._busy:      # the probe's extra passes are not the user's
+            return False
         return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
 
     def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
@@ -675,12 +683,14 @@ class NetworkDebugger(Engine):
             symmetric=symmetric_layers(self.model),
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
             accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
-            moved_without_grad=dict(self._moved_without_grad))
+            moved_without_grad=dict(self._moved_without_grad),
+            stochastic_eval=self._eval_probe.evidence)
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, causes first (a finding that explains others comes before them and
         they link to it: `explained_by`, `explains`); an empty list when the run looks healthy."""
-        found = rules.evaluate(self.evidence(), self.thresholds)
+        evidence = self.evidence()
+        found = rules.evaluate(evidence, self.thresholds)
         step = self._step
         for inspector in (self.loss_inspector, self.batch_inspector):
             if inspector is not None:
@@ -688,6 +698,7 @@ class NetworkDebugger(Engine):
                     found.extend(inspector.findings(step))
                 except Exception as exc:
                     self._error(type(inspector).__name__, exc)
+        found = rules.blame_output_layer(found, evidence)
         unique: dict[tuple[str, str | None], Finding] = {}
         for f in found:
             unique.setdefault((f.code, f.layer), f)

@@ -143,6 +143,23 @@ class Thresholds:
     frozen_move_events: int = 1
     """...at this many statistics steps: a tensor without gradient that moves is never noise,
     so one statistics step is enough (at the default schedule one comes every 50 steps)."""
+    no_signal_min_val: int = 3
+    """LABELS_SHUFFLED from a training run: at least this many recorded validation losses..."""
+    no_signal_val_margin: float = 0.2
+    """...none of them this share below the loss of the untrained model (the mean of the
+    first `no_signal_start` training losses: ln K for a K-class classifier, the chance level)
+    nor below the first validation loss (so a validation loss summed instead of averaged, or
+    one first recorded late, is never mistaken for chance)..."""
+    no_signal_start: int = 3
+    """...(the untrained loss is the mean of this many first training losses)..."""
+    no_signal_train_fit: float = 0.8
+    """...while the training loss of the last quarter fell to this share of the untrained
+    loss (with real labels the validation loss follows the training loss down early in
+    training, before any gap opens; the untrained loss can sit above ln K, hence the
+    validation margin's 20%): the model fits its training
+    labels and learns nothing that carries to new inputs.
+    Real labels, even noisy or overfitted ones, bring the validation loss well below chance
+    at some point; labels misaligned with their inputs never do."""
 
 
 @dataclass
@@ -171,6 +188,7 @@ class Evidence:
     cleared_steps: list[int] = field(default_factory=list)
     #: parameter -> (statistics steps it moved without a gradient, largest relative move)
     moved_without_grad: dict[str, tuple[int, float]] = field(default_factory=dict)
+    stochastic_eval: Any = None      # stochastic.StochasticEvalEvidence
 
 
 def _finite(v: Any) -> bool:
@@ -614,6 +632,20 @@ def rule_modes(ev: Evidence, th: Thresholds) -> list[Finding]:
                            layer=tm.modules[0], evidence={"passes": tm.count,
                                                           "modules": tm.modules[:10]},
                            step=tm.first_step))
+    se = ev.stochastic_eval
+    if (tm is None or tm.count < th.min_events) and se is not None \
+            and se.differed >= th.min_events and se.differed == se.probes:
+        out.append(Finding("TRAIN_MODE_DURING_EVAL",
+                           f"{se.differed} of {se.probes} evaluation passes (eval mode or no "
+                           "gradients) gave a different output when run twice on the same "
+                           "inputs: a random op is active at evaluation whatever the module "
+                           "mode (F.dropout(x, training=True), F.dropout(x) without "
+                           "training=self.training, or another random call in forward)",
+                           evidence={"probes": se.probes, "differed": se.differed,
+                                     "max_relative_diff": _sig(se.max_relative_diff)},
+                           advice="Pass training=self.training to functional dropout (or use "
+                                  "an nn.Dropout module), so model.eval() turns it off.",
+                           step=se.first_step))
     return out
 
 
@@ -699,11 +731,61 @@ def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
                               "max_relative_move": max(v[1] for v in moved.values())})]
 
 
+def rule_labels_without_signal(ev: Evidence, th: Thresholds) -> list[Finding]:
+    vals, losses = ev.val_losses, ev.losses
+    if len(vals) < th.no_signal_min_val or len(losses) < max(th.min_losses, 4 * th.no_signal_start) \
+            or not all(math.isfinite(v) for v in vals + losses):
+        return []
+    untrained = _mean(losses[:th.no_signal_start])
+    _, last_q = _quarters(losses)
+    floor = (1 - th.no_signal_val_margin) * max(untrained, vals[0])
+    if untrained <= 0 or min(vals) < floor or last_q > th.no_signal_train_fit * untrained:
+        return []
+    return [Finding("LABELS_SHUFFLED",
+                    f"training loss fell from {untrained:.3g} to {last_q:.3g} while the "
+                    f"validation loss never went below {min(vals):.3g} (the untrained model's "
+                    f"loss, the chance level, is {untrained:.3g}): the labels carry no signal "
+                    "the model can carry to new inputs (misaligned or shuffled labels, or "
+                    "validation labels indexed differently from training ones)",
+                    evidence={"untrained_loss": _sig(untrained), "train_loss_last": _sig(last_q),
+                              "best_val_loss": _sig(min(vals)), "first_val_loss": _sig(vals[0]),
+                              "val_points": len(vals)},
+                    advice="Check that inputs and labels are indexed and shuffled together (one "
+                           "permutation for both) and that every split maps class names to the "
+                           "same indices; confirm with check_labels_carry_signal(...).")]
+
+
+#: codes about what reaches the loss: the layer to blame is the one whose output does
+OUTPUT_CODES = ("DOUBLE_SOFTMAX", "SOFTMAX_WRONG_DIM", "NLL_WITHOUT_LOG_SOFTMAX",
+                "OUTPUT_RANGE_MISMATCH")
+#: layers that only reshape or (at evaluation) pass values through: never the output's author
+_PASS_THROUGH = ("Flatten", "Unflatten", "Identity", "Dropout", "Dropout1d", "Dropout2d",
+                 "Dropout3d", "AlphaDropout")
+
+
+def output_layer(ev: Evidence) -> str | None:
+    """The last layer in forward order that computes values (not a reshape)."""
+    for name in reversed(ev.layer_order):
+        if ev.layer_kinds.get(name) not in _PASS_THROUGH:
+            return name
+    return None
+
+
+def blame_output_layer(found: list[Finding], ev: Evidence) -> list[Finding]:
+    """Loss-input findings name the layer whose output reached the loss."""
+    layer = output_layer(ev)
+    for f in found:
+        if f.code in OUTPUT_CODES and f.layer is None and layer is not None:
+            f.layer = layer
+            f.evidence.setdefault("output_layer", layer)
+    return found
+
+
 RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
     rule_nonfinite, rule_lr_too_high, rule_lr_too_low, rule_lr_decayed, rule_dead_neurons,
     rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
     rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
-    rule_zero_grad_in_accumulation, rule_frozen_params_move,
+    rule_zero_grad_in_accumulation, rule_frozen_params_move, rule_labels_without_signal,
 ]
 
 
@@ -713,4 +795,6 @@ def evaluate(ev: Evidence, th: Thresholds = Thresholds()) -> list[Finding]:
     codes = {f.code for f in found}
     if "DEAD_NEURONS" in codes:   # zero gradients below dead units are their consequence
         found = [f for f in found if f.code != "VANISHING_GRADIENT"]
+    if "LABELS_SHUFFLED" in codes:   # a validation loss that rises is what no signal looks like
+        found = [f for f in found if f.code != "OVERFITTING"]
     return found
