@@ -22,7 +22,7 @@ FORBIDDEN_MODULES = frozenset({
     "builtins", "importlib", "imp", "sys", "gc", "inspect", "ctypes", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "signal", "socket", "pty", "code", "codeop",
     "runpy", "marshal", "pickle", "dill", "cloudpickle", "atexit", "types", "shutil", "asyncio",
-    "faulthandler", "traceback", "linecache", "nbgrader", "sqlite3", "sqlalchemy", "psycopg",
+    "faulthandler", "traceback", "linecache", "posix", "resource", "mmap", "nbgrader", "sqlite3", "sqlalchemy", "psycopg",
     "dask", "distributed", "lesson.course.grading", "IPython", "ipykernel", "jupyter_client",
 })
 #: Built-in functions an answer may not call (or even name).
@@ -147,6 +147,8 @@ class _Scanner(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "*":
                 self.refuse(node, "star import")
+            if node.module in ("os", "posix") and alias.name in FORBIDDEN_OS:
+                self.refuse(node, f"imports os.{alias.name}")
             self._module(node, f"{node.module}.{alias.name}")
             self.foreign.add(alias.asname or alias.name)
 
@@ -256,6 +258,26 @@ class _Scanner(ast.NodeVisitor):
             self.visit(stmt)
         self.scopes.pop()
 
+    def _own_targets(self, target: ast.AST) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                self.scopes[-1].add(node.id)
+
+    def visit_For(self, node: ast.For) -> None:
+        self._own_targets(node.target)          # loop variables are the code's own names
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_withitem(self, node: ast.withitem) -> None:
+        if node.optional_vars is not None:
+            self._own_targets(node.optional_vars)
+        self.generic_visit(node)
+
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        self._own_targets(node.target)
+        self.generic_visit(node)
+
     def visit_Global(self, node: ast.Global) -> None:
         for name in node.names:
             if name in self.foreign:
@@ -265,8 +287,9 @@ class _Scanner(ast.NodeVisitor):
         name = _dotted(node.func)
         if name in {"getattr", "hasattr"} and len(node.args) >= 2 and not (
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                and not node.args[1].value.startswith("__")):
-            self.refuse(node, f"{name} with a computed attribute name")
+                and not node.args[1].value.startswith("_")
+                and node.args[1].value not in FORBIDDEN_OS):
+            self.refuse(node, f"{name} with a computed or private attribute name")
         self.generic_visit(node)
 
 
@@ -293,6 +316,16 @@ def answers(source: str, instructor_names: set[str] = frozenset()) -> CellAnswer
     except SyntaxError:
         return CellAnswers()
     return CellAnswers(names=top_level_names(tree), refused=tampering(source, instructor_names))
+
+
+def imported_names(source: str) -> set[str]:
+    """Names a cell binds with top-level import statements only."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {alias.asname or alias.name.split(".")[0] for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
 
 
 def bound_names(source: str) -> set[str]:

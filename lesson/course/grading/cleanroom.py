@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .answers import answers, bound_names
+from .answers import answers, bound_names, imported_names
 from .sandbox import Limits, SandboxDied, TimedOut, _code_roots
 
 TAMPERING = "Tampering"
@@ -270,6 +270,7 @@ class Room:
                     self.ns[name] = self._refused(name, label, reply["tampering"])
             return outputs + [{"output_type": "stream", "name": "stdout",
                                "text": "[grader] refused: " + "; ".join(reply["tampering"]) + "\n"}]
+        imported = imported_names(source)
         for name, offer in reply["names"].items():
             if name in instructor:
                 current = self.ns.get(name)
@@ -278,9 +279,9 @@ class Room:
                     if type(value) is type(current):
                         self.ns[name] = value
                         continue
-                if offer["kind"] != "module":
-                    self.notes.append(f"{label}: {name} is the tests' own name; the tests "
-                                      f"keep theirs")
+                if name not in imported:           # `import numpy as np` again is harmless
+                    self._record(label, [f"rebinds {name}, a name the tests use (the tests "
+                                         f"keep their own)"])
                 continue
             if offer["kind"] == "callable":
                 self.ns[name] = self._proxy(name, label, source)
