@@ -301,9 +301,9 @@ class Room:
         if self.caught:
             why = "; ".join(dict.fromkeys(self.caught))
             outputs = [o for o in outputs if o["output_type"] != "error"]
-            outputs.append({"output_type": "error", "ename": TAMPERING,
-                            "evalue": f"0 points: an answer this test uses reached into the "
-                                      f"grader ({why})", "traceback": []})
+            evalue = f"0 points: an answer this test uses reached into the grader ({why})"
+            outputs.append({"output_type": "error", "ename": TAMPERING, "evalue": evalue,
+                            "traceback": [f"{TAMPERING}: {evalue}"]})
             return outputs, f"tampering: {why}"
         if error is not None:
             return outputs, f"{type(error).__name__}: {error}"
@@ -435,7 +435,8 @@ def _fill(nb: Any, cells: list[dict], verdicts: Verdicts) -> None:
         if outputs is None:
             outputs = [] if cell["kind"] != "test" else [{
                 "output_type": "error", "ename": "GraderError",
-                "evalue": verdicts.error or "not run", "traceback": []}]
+                "evalue": verdicts.error or "not run",
+                "traceback": [f"GraderError: {verdicts.error or 'not run'}"]}]
         nb_cell["outputs"] = [nbformat.from_dict(o) for o in outputs]
         for o in nb_cell["outputs"]:
             if o["output_type"] == "execute_result":

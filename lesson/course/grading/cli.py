@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
 
     warnings.filterwarnings("ignore", module="nbgrader")   # SQLAlchemy chatter from its API
     warnings.filterwarnings("ignore", module="sqlalchemy")
+    import os
+
+    # nbgrader's Gradebook runs the `alembic` executable that sits next to this interpreter
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
+                                          os.environ.get("PATH", "")])
     from .engine import grade_class, table
     from .gradebook import db_url, export_csv
 

@@ -188,6 +188,8 @@ def grade_class(root: Path, assignments: list[str] | None = None, *, workers: in
     if own and jobs:
         client, cluster = _client(workers, scheduler)
     try:
+        if not jobs:
+            raise _Nothing
         futures = [client.submit(grade_submission, job, pure=False,
                                  key=f"grade-{job['student']}-{job['assignment']}-{fps[(job['student'], job['assignment'])][:12]}")
                    for job in jobs]
@@ -218,6 +220,8 @@ def grade_class(root: Path, assignments: list[str] | None = None, *, workers: in
             report.outcomes.append(outcome)
             bar.update(1)
         bar.close()
+    except _Nothing:
+        pass
     finally:
         if own and client is not None:
             client.close()
@@ -226,6 +230,10 @@ def grade_class(root: Path, assignments: list[str] | None = None, *, workers: in
     report.scores = gbk.scores(url)
     report.seconds = time.monotonic() - start
     return report
+
+
+class _Nothing(Exception):
+    """No submission is new or changed: nothing to send to a cluster."""
 
 
 def _assignment_names(url: str) -> list[str]:
