@@ -204,3 +204,54 @@ def test_usage_errors_exit_2(tmp_path):
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
     assert nndebug(tmp_path, "--workers", "0").returncode == 2
     assert nndebug(tmp_path, "--db", "mysql://x").returncode == 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres(tmp_path_factory):
+    """A throwaway PostgreSQL server from the machine's binaries, run as `postgres` on
+    127.0.0.1; yields its URL and stops it."""
+    if not shutil.which("initdb") or not shutil.which("runuser"):
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) or runuser not on this machine")
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="nndebug-pg-", dir="/tmp"))
+    shutil.chown(folder, "postgres")
+    port = _free_port()
+    pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(pg + ["initdb", "-D", str(folder / "data"), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True, cwd=folder)
+    subprocess.run(pg + ["pg_ctl", "-D", str(folder / "data"), "-w", "-l", str(folder / "log"),
+                         "-o", f"-h 127.0.0.1 -p {port} -k {folder}", "start"],
+                   check=True, capture_output=True, cwd=folder)
+    try:
+        subprocess.run(pg + ["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                             "course"], check=True, capture_output=True, cwd=folder)
+        yield f"postgresql://postgres@127.0.0.1:{port}/course"
+    finally:
+        subprocess.run(pg + ["pg_ctl", "-D", str(folder / "data"), "-m", "fast", "stop"],
+                       capture_output=True, cwd=folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_postgresql_gradebook_holds_the_same_grades(tmp_path, postgres):
+    root = copy_course(ROOT, tmp_path / "course")
+    generate_release(root)
+    for (student, assignment), nb in submissions(ROOT / "solutions", root,
+                                                 tmp_path / "drafts").items():
+        if assignment == "ex5_gradient_check":
+            submit(root, student, assignment, nb)
+    sqlite = nndebug(root, "--workers", "2")
+    assert sqlite.returncode == 0, sqlite.stdout + sqlite.stderr
+    pg = nndebug(root, "--workers", "2", "--force", "--db", postgres)
+    assert pg.returncode == 0, pg.stdout + pg.stderr
+    in_sqlite = gbk.scores(gbk.db_url(root, None))
+    assert len(in_sqlite) == 4 and gbk.scores(gbk.db_url(root, postgres)) == in_sqlite
