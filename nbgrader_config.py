@@ -19,8 +19,24 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".nnde
 # Every notebook names the `python3` kernel (the venv's Python, registered by the Makefile's
 # set-up); autograde restores the source's kernelspec whatever a submission says.
 
-# Each exercise cell runs in a few seconds on a laptop CPU; a cell still running after this
-# many seconds (an endless loop) is interrupted, scores 0, and grading moves on.
+# Verdicts come from the clean room (lesson/course/grading), not from the student's kernel:
+# the locked cells and tests run in a fresh trusted process, the student's answers in an
+# isolated sandbox, and only plain data crosses. It takes the place of nbgrader's Execute;
+# nbgrader's own steps around it are unchanged.
+c.Autograde.autograde_preprocessors = [
+    "lesson.course.grading.preprocessor.CleanRoomExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# Each exercise cell runs in a few seconds on a laptop CPU; a cell (or one call of a student
+# function) still running after this many seconds (an endless loop) is interrupted, scores 0,
+# and grading moves on. The sandbox also gets a memory limit.
+c.CleanRoomExecute.timeout = 60
+c.CleanRoomExecute.memory_mb = 3072
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 

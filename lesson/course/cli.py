@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("lesson.course.learner.commands", "re-check the current exercise whenever it is saved"),
     "report": ("lesson.course.report", "render a debugger report into the diagnosis prompt"),
     "preflight": ("lesson.course.preflight_catalogue", "run the seven pre-training checks on your model"),
+    "grade": ("lesson.course.grading.cli", "grade a class on Dask into nbgrader's gradebook "
+              "(instructors)"),
 }
 
 

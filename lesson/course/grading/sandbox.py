@@ -1,0 +1,203 @@
+"""The isolated child that runs a student's answers, and the grader's handle on it.
+
+The child is a fresh interpreter (`python -I`) in its own session and temporary directory,
+with limits on memory, CPU time and file size, and a wall-clock deadline per request enforced
+from outside (the whole process group is killed). An audit hook, installed before any student
+code runs and impossible to remove from Python, refuses opening files outside the child's
+directory and the installed packages (so `solutions/`, the gradebook and other submissions
+stay unreadable), starting processes, signals and sockets, and writing attributes of the
+course's classes; after every request the child also compares the course's modules with a
+snapshot taken before. Anything refused is reported back as tampering.
+
+The grader sends requests with cloudpickle (the child may run whatever the grader gives it)
+and reads replies with `wire.loads`, which rebuilds plain data only.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .child import answer_ref
+from .frames import SandboxDied, TimedOut, frame, read_frame
+
+#: default limits per submission: wall time of one request, total memory and CPU time
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MEMORY_MB = 3072
+DEFAULT_CPU_S = 900
+MAX_OUTPUT = 20_000
+
+
+@dataclass
+class Limits:
+    """What one student's sandbox may use."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
+    cpu_s: int = DEFAULT_CPU_S
+
+
+def _package_dirs() -> list[str]:
+    import broken_models
+    import lesson
+
+    return [str(Path(lesson.__file__).resolve().parent),
+            str(Path(broken_models.__file__).resolve().parent)]
+
+
+def _code_roots() -> list[str]:
+    """Where the child imports `lesson` and `broken_models` from (their parent folders)."""
+    return list(dict.fromkeys(str(Path(d).parent) for d in _package_dirs()))
+
+
+@dataclass
+class Sandbox:
+    """One student's child process; restarted (and its answers replayed) after a death."""
+
+    limits: Limits = field(default_factory=Limits)
+    deny: list[str] = field(default_factory=list)   # folders the child may never read
+    proc: subprocess.Popen | None = None
+    workdir: Path | None = None
+    _replay: list[bytes] = field(default_factory=list)
+    _fds: tuple[int, int] | None = None
+    _hello: bool = False
+
+    def start(self) -> None:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="nndebug-sandbox-"))
+            os.chmod(self.workdir, 0o700)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.workdir), "TMPDIR": str(self.workdir),
+               "MPLCONFIGDIR": str(self.workdir / ".mpl"), "MPLBACKEND": "Agg",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        config = {"fd_in": to_child_r, "fd_out": from_child_w, "workdir": str(self.workdir),
+                  "code_roots": _code_roots(), "packages": _package_dirs(),
+                  "deny": [str(Path(d).resolve()) for d in self.deny]}
+        boot = ("import sys; sys.path[:0] = %r; "
+                "from lesson.course.grading import child; child.main(%r)"
+                % (config["code_roots"], config))
+        limits = self.limits
+
+        def preexec() -> None:
+            import resource
+
+            memory = int(limits.memory_mb) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            resource.setrlimit(resource.RLIMIT_CPU, (int(limits.cpu_s), int(limits.cpu_s) + 5))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", boot], cwd=self.workdir, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            pass_fds=(to_child_r, from_child_w), preexec_fn=preexec, start_new_session=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._fds = (to_child_w, from_child_r)
+        self._hello = False
+
+    def _ready(self) -> None:
+        """Wait for the child's hello (it imports torch meanwhile), then replay the answers
+        a previous child had before it died."""
+        if self._hello:
+            return
+        self._request_raw(b"", deadline=time.monotonic() + 180)
+        self._hello = True
+        for message in self._replay:
+            try:
+                self._request_raw(message, time.monotonic() + self.limits.timeout_s)
+            except SandboxDied:
+                pass
+
+    def _request_raw(self, payload: bytes, deadline: float) -> Any:
+        from . import wire
+
+        write_fd, read_fd = self._fds
+        if payload:
+            try:
+                os.write(write_fd, frame(payload))
+            except BrokenPipeError:
+                self.kill()
+                raise SandboxDied(self._death_note())
+        try:
+            reply = read_frame(read_fd, deadline)
+        except TimedOut:
+            self.kill()
+            raise
+        except SandboxDied:
+            self.kill()
+            raise SandboxDied(self._death_note())
+        return wire.loads(reply)
+
+    def _death_note(self) -> str:
+        code = self.proc.poll() if self.proc else None
+        if code is None:
+            return "the sandbox stopped answering"
+        if code < 0:
+            name = signal.Signals(-code).name
+            why = {"SIGKILL": " (killed: a memory or time limit)", "SIGXCPU": " (CPU time limit)",
+                   "SIGSEGV": " (crashed)"}.get(name, "")
+            return f"the sandbox died of {name}{why}"
+        return f"the sandbox exited with status {code}"
+
+    def request(self, message: tuple, replay: bool = False) -> Any:
+        """Send one request; the reply is plain data. `replay` keeps it for restarts."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        self._ready()
+        payload = dumps_for_child(message)
+        reply = self._request_raw(payload, time.monotonic() + self.limits.timeout_s)
+        if replay:
+            self._replay.append(payload)
+        return reply
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if self.proc is not None:
+            self.proc.stderr.close()
+        if self._fds:
+            for fd in self._fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fds = None
+        self.proc = None
+
+    def close(self) -> None:
+        import shutil
+
+        self.kill()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def dumps_for_child(message: Any) -> bytes:
+    """cloudpickle, with the grader's stand-ins for student functions sent by name."""
+    import io
+
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            name = getattr(obj, "__nndebug_answer__", None) if callable(obj) else None
+            if isinstance(name, str):
+                return answer_ref, (name,)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=5).dump(message)
+    return buffer.getvalue()
