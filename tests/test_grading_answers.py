@@ -119,3 +119,14 @@ def test_the_sandbox_guard_stops_what_the_static_check_cannot_see(tmp_path):
         assert reply["ok"] and wire.decode(reply["result"]) == [1, 1]
     finally:
         box.close()
+
+
+def test_printing_to_stderr_is_honest_but_reaching_through_sys_is_not():
+    from lesson.course.grading.answers import tampering
+
+    assert tampering("import sys\n\ndef f(r):\n    print('x', file=sys.stderr)\n    return 1\n") == []
+    for source in ("import sys\n\ndef f():\n    sys.modules['lesson'] = None\n",
+                   "import sys as s\ns.modules.clear()\n", "import sys\nm = sys\n",
+                   "from sys import modules\n", "import sys\nsys.exit(0)\n",
+                   "import sys\nsys.stderr = None\n"):
+        assert tampering(source), source

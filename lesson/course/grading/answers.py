@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 #: Modules an answer may not import: they reach the interpreter itself, other processes,
 #: the network, or code loading.
 FORBIDDEN_MODULES = frozenset({
-    "builtins", "importlib", "imp", "sys", "gc", "inspect", "ctypes", "threading", "_thread",
+    "builtins", "importlib", "imp", "gc", "inspect", "ctypes", "threading", "_thread",
     "multiprocessing", "concurrent", "subprocess", "signal", "socket", "pty", "code", "codeop",
     "runpy", "marshal", "pickle", "dill", "cloudpickle", "atexit", "types", "shutil", "asyncio",
     "faulthandler", "traceback", "linecache", "posix", "resource", "mmap", "nbgrader", "sqlite3", "sqlalchemy", "psycopg",
     "dask", "distributed", "lesson.course.grading", "IPython", "ipykernel", "jupyter_client",
 })
+#: What an answer may read of `sys` (honest code prints to sys.stderr); `sys` itself may be
+#: imported only as `sys` and named only through these attributes.
+SYS_ALLOWED = frozenset({"stdout", "stderr", "float_info", "maxsize", "version_info",
+                         "platform", "byteorder", "int_info"})
 #: Built-in functions an answer may not call (or even name).
 FORBIDDEN_BUILTINS = frozenset({
     "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr", "delattr",
@@ -139,6 +143,8 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            if alias.name == "sys" and alias.asname not in (None, "sys"):
+                self.refuse(node, "imports sys under another name")
             self._module(node, alias.name)
             self.foreign.add(alias.asname or alias.name.split(".")[0])
 
@@ -149,6 +155,8 @@ class _Scanner(ast.NodeVisitor):
                 self.refuse(node, "star import")
             if node.module in ("os", "posix") and alias.name in FORBIDDEN_OS:
                 self.refuse(node, f"imports os.{alias.name}")
+            if node.module == "sys" and alias.name not in SYS_ALLOWED:
+                self.refuse(node, f"imports sys.{alias.name}")
             self._module(node, f"{node.module}.{alias.name}")
             self.foreign.add(alias.asname or alias.name)
 
@@ -156,6 +164,8 @@ class _Scanner(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_BUILTINS:
             self.refuse(node, f"uses {node.id}")
+        elif node.id == "sys" and "sys" in self.foreign:   # reached only outside sys.<allowed>
+            self.refuse(node, "uses sys itself (only sys.stdout, sys.stderr and the like)")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
@@ -167,8 +177,12 @@ class _Scanner(ast.NodeVisitor):
             self.refuse(node, f"reads frames ({attr})")
         elif dotted.startswith("os.") and attr in FORBIDDEN_OS:
             self.refuse(node, f"uses {dotted}")
+        elif (isinstance(node.value, ast.Name) and node.value.id == "sys"
+              and attr in SYS_ALLOWED and not isinstance(node.ctx, (ast.Store, ast.Del))):
+            return                           # sys.stderr and the like: reading them is honest
         elif dotted.startswith(("sys.", "builtins.")):
             self.refuse(node, f"uses {dotted}")
+            return
         self.generic_visit(node)
 
     # writes
