@@ -48,6 +48,11 @@ def _install_guard(config: dict) -> None:
     readable = list(dict.fromkeys(
         [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
         + ["/usr", "/lib", "/lib64", "/etc", "/proc", "/sys", "/dev"]))
+    # installed packages' metadata (importlib.metadata reads entry points from it, the course's
+    # own editable install included): metadata only, never the folders beside it
+    metadata = [os.path.realpath(os.path.join(entry, name)) for entry in sys.path
+                if os.path.isdir(entry) for name in os.listdir(entry)
+                if name.endswith((".egg-info", ".dist-info"))]
     protocol = {config["fd_in"], config["fd_out"]}
     # the libraries' classes as they stand now (classes made later, by imports or by the
     # student, may be set up freely)
@@ -61,7 +66,7 @@ def _install_guard(config: dict) -> None:
         raise PermissionError(f"refused by the grader's sandbox: {why}")
 
     def may_read(path: str) -> bool:
-        if _inside(path, workdir) or any(_inside(path, p) for p in packages):
+        if _inside(path, workdir) or any(_inside(path, p) for p in packages + metadata):
             return True
         if any(_inside(path, d) for d in deny):
             return False
