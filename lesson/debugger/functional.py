@@ -15,6 +15,8 @@ F.softmax, MultiheadAttention its own softmax) are left to that module's hook.
 """
 from __future__ import annotations
 
+import weakref
+
 from typing import Any, Callable
 
 import torch
@@ -53,6 +55,13 @@ BACKWARD_FUNCTIONS = frozenset({torch.Tensor.backward, torch.autograd.backward,
 HOOKED_ELSEWHERE: tuple[type, ...] = (nn.modules.loss._Loss,)
 
 
+def _weak(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:
+    """A weak reference to a bound method (a plain function is held as it is)."""
+    if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
+        return weakref.WeakMethod(fn)
+    return lambda: fn
+
+
 class FunctionalWatch(TorchFunctionMode):
     """Reports activation calls to `on_activation(name, relu_like, output)` and loss calls to
     `on_loss(prediction, target, fn)`; `module_stack` holds the names of the modules running
@@ -61,8 +70,10 @@ class FunctionalWatch(TorchFunctionMode):
     def __init__(self, on_activation: Callable[[str, bool, Any], None],
                  on_loss: Callable[[Any, Any, Callable[..., Any]], None]) -> None:
         super().__init__()
-        self.on_activation = on_activation
-        self.on_loss = on_loss
+        # weakly: a debugger dropped mid-step must not be kept alive by its mode (see
+        # leave_stale_modes, which takes such a mode off the stack)
+        self._on_activation = _weak(on_activation)
+        self._on_loss = _weak(on_loss)
         self.module_stack: list[tuple[str, bool]] = []     # (name, hooked already)
         self.calls: dict[str, int] = {}
         self.active = True
@@ -73,6 +84,9 @@ class FunctionalWatch(TorchFunctionMode):
         if func in BACKWARD_FUNCTIONS:      # the forward is over: nothing more to see
             self.active = False
         out = func(*args, **kwargs)
+        on_activation, on_loss = self._on_activation(), self._on_loss()
+        if on_activation is None or on_loss is None:
+            self.active = False          # its debugger is gone
         if not self.active or (self.module_stack and self.module_stack[-1][1]):
             return out
         spec = ACTIVATION_FUNCTIONS.get(func)
@@ -80,10 +94,24 @@ class FunctionalWatch(TorchFunctionMode):
             where = self.module_stack[-1][0] if self.module_stack else ""
             base = f"{where}/{spec[0]}" if where else spec[0]
             n = self.calls[base] = self.calls.get(base, 0) + 1
-            self.on_activation(base if n == 1 else f"{base}#{n}", spec[1], out)
+            on_activation(base if n == 1 else f"{base}#{n}", spec[1], out)
         elif func in LOSS_FUNCTIONS and len(args) >= 2:
-            self.on_loss(args[0], args[1], func)
+            on_loss(args[0], args[1], func)
         return out
+
+
+def stale(mode: Any) -> bool:
+    """A FunctionalWatch whose debugger is gone (it was dropped in the middle of a step)."""
+    return isinstance(mode, FunctionalWatch) and (mode._on_activation() is None
+                                                  or mode._on_loss() is None)
+
+
+def leave_stale_modes() -> None:
+    """Take stale FunctionalWatch modes off the top of torch's function-mode stack."""
+    stack = torch.overrides._get_current_function_mode_stack()
+    while stack and stale(stack[-1]):
+        stack[-1].__exit__(None, None, None)
+        stack = torch.overrides._get_current_function_mode_stack()
 
 
 def function_mode_on_top(mode: TorchFunctionMode) -> bool:

@@ -47,7 +47,8 @@ from lesson.debugger import rules
 from lesson.debugger.batches import BatchInspector
 from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
-from lesson.debugger.functional import HOOKED_ELSEWHERE, FunctionalWatch, function_mode_on_top
+from lesson.debugger.functional import (HOOKED_ELSEWHERE, FunctionalWatch,
+                                       function_mode_on_top, leave_stale_modes)
 from lesson.debugger.loss_inputs import LossInputInspector
 from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
@@ -336,6 +337,7 @@ class NetworkDebugger(Engine):
         """From a statistics step's forward to its backward: see F.relu, F.cross_entropy..."""
         if self._compiled:      # a mode around a compiled call would be a dynamo guard
             return
+        leave_stale_modes()
         mode = self._functional
         if mode is not None:
             mode.calls.clear()          # a second forward in the same step: same names
@@ -355,6 +357,7 @@ class NetworkDebugger(Engine):
         if function_mode_on_top(mode):
             mode.__exit__(None, None, None)
             self._functional = None
+        leave_stale_modes()
 
     def _on_functional_activation(self, name: str, relu_like: bool, output: Any) -> None:
         if self._collecting():
