@@ -148,6 +148,9 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int,
         return
     if failure is not None:
         print(f"\n  first failure, {failure.name}:\n    {failure.message or 'failed'}")
+        if failure.message.startswith("NotImplementedError"):
+            print("    (a function the test calls is still the starting stub: write it in the "
+                  "cell marked YOUR CODE HERE)")
     if hints_shown < len(exercise.hints):
         print(f"\n  Stuck? nndebug hint {exercise.name} shows hint "
               f"{hints_shown + 1} of {len(exercise.hints)}.")
