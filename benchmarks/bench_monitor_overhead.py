@@ -15,8 +15,14 @@ printed.
   lesson's way          the lesson's hooks re-implemented here: forward + full backward hooks
                         on Linear/ReLU, one .item() per statistic
 
+A second table (issue 16) gives the default schedule's ratio on three models side by side:
+the MLP above, a small CNN (two 3x3 convolutions on 28x28 images, batch 64: a few-ms step),
+and one transformer encoder layer (d_model 128, 4 heads, 32 sequences of 32 tokens), each with
+functional calls (F.relu in the CNN, the encoder layer's own F.relu) that the debugger watches
+on statistics steps.
+
 Usage: python benchmarks/bench_monitor_overhead.py [--rounds 15] [--steps 50] [--clock cpu]
-Targets (issue 2): ours every=1 <= 1.10, ours default <= 1.02.
+Targets (issue 2, 16): ours every=1 <= 1.10, ours default <= 1.02 on all three models.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from workload import make_batch, make_model
 
@@ -136,6 +143,80 @@ def main() -> None:
     for n, rs in ratios.items():
         q1, _, q3 = statistics.quantiles(rs, n=4)
         print(f"{n:<20} {statistics.median(rs):>7.3f} {q1:>6.3f}-{q3:.3f}  {targets[n]}")
+    default_schedule_ratios(args.rounds, args.steps, clock)
+
+
+class SmallCNN(nn.Module):
+    """Two convolutions and a linear head, written with F.relu (the common style)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 16, 3, padding=1), nn.Conv2d(16, 32, 3, padding=1)
+        self.head = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.head(x.flatten(1))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(x).mean(dim=1))
+
+
+def default_schedule_ratios(rounds: int, steps: int, clock: Callable[[], float]) -> None:
+    """Plain against the default schedule, on the MLP, a small CNN and an encoder layer."""
+    x0, _ = make_batch(0)
+    g = torch.Generator().manual_seed(0)
+    workloads = {
+        "MLP 512-1024-1024-10": (lambda: make_model(1), x0),
+        "small CNN (28x28, batch 64)": (SmallCNN, torch.randn(64, 1, 28, 28, generator=g)),
+        "encoder layer (32x32x128)": (EncoderLayer, torch.randn(32, 32, 128, generator=g)),
+    }
+    criterion = nn.CrossEntropyLoss()
+    print(f"\ndefault schedule (every={DEFAULT_EVERY}) on three models: median ratio and "
+          f"quartiles over {rounds} rounds of {steps} steps")
+    for label, (make, x) in workloads.items():
+        y = torch.randint(0, 10, (x.shape[0],), generator=g)
+        runs = {}
+        for name in ("plain", "ours default"):
+            torch.manual_seed(1)
+            model = make()
+            opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+            runs[name] = (model, opt, NetworkDebugger(model, opt) if name != "plain" else None)
+
+        def block(name: str, n: int) -> float:
+            model, opt, dbg = runs[name]
+            start = clock()
+            for _ in range(n):
+                opt.zero_grad()
+                loss = criterion(model(x), y)
+                if dbg is not None:
+                    dbg.record_loss(loss.detach())
+                loss.backward()
+                opt.step()
+            return clock() - start
+        for name in runs:
+            block(name, 12)
+        ratios, plain = [], []
+        for _ in range(rounds):
+            t = dict.fromkeys(runs, 0.0)
+            for _ in range(max(1, steps // 5)):
+                order = list(runs)
+                random.shuffle(order)
+                for name in order:
+                    t[name] += block(name, 5)
+            ratios.append(t["ours default"] / t["plain"])
+            plain.append(t["plain"] / (max(1, steps // 5) * 5))
+        q1, _, q3 = statistics.quantiles(ratios, n=4)
+        print(f"{label:<28} plain step {statistics.median(plain) * 1e3:6.2f} ms   ratio "
+              f"{statistics.median(ratios):.3f} ({q1:.3f}-{q3:.3f})  target <= 1.02")
 
 
 if __name__ == "__main__":

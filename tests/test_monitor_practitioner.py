@@ -229,3 +229,49 @@ def test_a_debugger_dropped_mid_step_leaves_no_function_mode_behind():
         del model
         gc.collect()
         leave_stale_modes()
+
+
+# -- functional code and torch.compile -------------------------------------------------------
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc(x))
+
+
+def test_functional_activations_are_named_after_their_module_and_seen_on_stats_steps_only():
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt, warmup=2, every=5)
+    seen = []
+    original = dbg._on_functional_activation
+    dbg._on_functional_activation = lambda *a: (seen.append(dbg._step), original(*a))[1]
+    train(model, opt, dbg, 12)
+    assert "0/relu" in dbg.history[-1]["layers"]
+    assert dbg._layer_kinds["0/relu"] == "F.relu"
+    assert sorted(set(seen)) == [0, 1, 5, 10]                     # statistics steps only
+    assert dbg._functional is None            # its mode was left after the step
+
+
+@pytest.mark.parametrize("give", ["wrapper", "original"])
+def test_compiled_model_trains_without_recompilation(give):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = tiny()
+    fast = torch.compile(model, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(fast if give == "wrapper" else model, opt, warmup=3, every=10)
+    train(fast, opt, dbg, 2)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1
+    train(fast, opt, dbg, 40, start=2)            # statistics and plain steps, warm-up's end
+    assert counters["stats"]["unique_graphs"] == graphs          # no recompilation
+    assert not counters["recompiles"] if "recompiles" in counters else True
+    assert dbg.errors == []
+    assert sorted(dbg.history[-1]["params"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert dbg.history[-1]["params"]["0.weight"]["grad_norm"] > 0

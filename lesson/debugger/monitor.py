@@ -571,8 +571,13 @@ class NetworkDebugger(Engine):
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
         self._step += 1
-        if self._attached and not self._scheduled(self._step):
-            self._attach_step_hooks(False)
+        if not self._scheduled(self._step):
+            if self._attached:
+                self._attach_step_hooks(False)
+        elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
+            if self._model_signature() != self._signature:
+                self._watch_model()
+            self._attach_step_hooks(True)
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
