@@ -209,26 +209,41 @@ def test_frozen_weights_moved_by_momentum_are_named():
     assert found["FROZEN_PARAMS_MOVE"].evidence["max_relative_move"] > 1e-4
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: a debugger dropped (not closed) in the "
-                   "middle of a statistics step leaves its function mode on torch's stack until "
-                   "the garbage collector breaks the model <-> hooks cycle")
-def test_a_debugger_dropped_mid_step_leaves_no_function_mode_behind():
+def test_a_debugger_dropped_mid_step_is_freed_with_its_model_and_leaves_no_mode_behind():
+    """Dropped between a statistics step's forward and its backward: the collector frees the
+    debugger, the model and the optimizer (torch keeps post-accumulate-grad hooks where the
+    collector cannot see them, so those hooks hold the debugger weakly), and the debugger's
+    function mode leaves torch's stack with it."""
     import gc
-
-    from lesson.debugger.functional import leave_stale_modes
+    import weakref
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     before = len(torch.overrides._get_current_function_mode_stack())
-    dbg = NetworkDebugger(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    dbg = NetworkDebugger(model, opt)
+    for _ in range(3):                  # statistics steps: the gradient hooks are attached
+        opt.zero_grad()
+        F.cross_entropy(model(torch.randn(4, 4)), torch.tensor([0, 1, 0, 1])).backward()
+        opt.step()
     model(torch.randn(4, 4))            # a statistics step's forward, then nothing
-    del dbg
-    try:
-        assert len(torch.overrides._get_current_function_mode_stack()) == before
-    finally:                            # leave no mode behind for the tests that follow
-        del model
-        gc.collect()
-        leave_stale_modes()
+    assert len(torch.overrides._get_current_function_mode_stack()) == before + 1
+    gone = [weakref.ref(o) for o in (dbg, model, opt)]
+    del dbg, model, opt
+    gc.collect()
+    assert [r() for r in gone] == [None, None, None]
+    assert len(torch.overrides._get_current_function_mode_stack()) == before
+
+
+def test_an_evaluation_pass_leaves_no_function_mode_behind():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    dbg = NetworkDebugger(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    before = len(torch.overrides._get_current_function_mode_stack())
+    with torch.no_grad():
+        model(torch.randn(4, 4))        # a statistics step's pass that no backward can follow
+    assert len(torch.overrides._get_current_function_mode_stack()) == before
+    dbg.close()
 
 
 # -- functional code and torch.compile -------------------------------------------------------

@@ -142,13 +142,26 @@ class Engine:
                 self._attached.append(m.register_forward_pre_hook(push))   # modules running now
                 self._attached.append(m.register_forward_hook(pop))
             if not by_step:
-                self._attached += [p.register_post_accumulate_grad_hook(
-                    self._guarded("backward", h)) for p, h in self._param_step_hooks
-                    if p.requires_grad]
+                self._attached += [p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
+                                   for i, (p, _) in enumerate(self._param_step_hooks)
+                                   if p.requires_grad]
         elif not on and self._attached:
             for handle in self._attached:
                 handle.remove()
             self._attached = []
+
+    def _weak_param_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        """The i-th post-accumulate-grad hook, holding the debugger weakly: torch keeps such
+        hooks from C++ where the garbage collector cannot see them, so a strong reference
+        would keep a dropped debugger, its model and its optimizer alive for good."""
+        me = weakref.ref(self)
+
+        def hook(p: torch.Tensor) -> None:
+            debugger = me()
+            if debugger is not None and i < len(debugger._param_step_hooks) \
+                    and debugger._param_step_hooks[i][0] is p:
+                debugger._guarded("backward", debugger._param_step_hooks[i][1])(p)
+        return hook
 
     def _error(self, where: str, exc: Exception) -> None:
         """Keep an internal error in `errors`; the first one also warns (once per debugger)."""

@@ -150,6 +150,9 @@ class NetworkDebugger(Engine):
         self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor]] | None = None
         self._moved_without_grad: dict[str, tuple[int, float]] = {}
         self._functional: FunctionalWatch | None = None
+        # a debugger dropped mid-step (its mode still entered) takes its mode off torch's
+        # stack when the collector frees it: the mode holds it weakly, so it is stale by then
+        weakref.finalize(self, leave_stale_modes)
         self._module_stack: list[tuple[str, bool]] = []
         self._last_loss_seen: tuple[int, int, int] | None = None
         # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
@@ -219,9 +222,8 @@ class NetworkDebugger(Engine):
         model = self._root
         self.hooks.append(model.register_forward_pre_hook(
             self._guarded("forward", self._on_root_forward), with_kwargs=True))
-        self._root_output_hook = model.register_forward_hook(
-            self._guarded("forward", self._on_root_output), with_kwargs=True)
-        self.hooks.append(self._root_output_hook)
+        self.hooks.append(model.register_forward_hook(
+            self._guarded("forward", self._on_root_output), with_kwargs=True))
         # random layers left on at evaluation, however applied (see lesson.debugger.stochastic)
         self._eval_probe = EvalDeterminismProbe(model, [], lambda: self._step, self._error)
         self.hooks.append(model.register_forward_hook(
@@ -469,13 +471,15 @@ class NetworkDebugger(Engine):
 
     def _on_root_output(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
-        if self._graph_checked or not torch.is_grad_enabled():
-            return
         out = first_tensor(output)
-        if out is None or out.grad_fn is None:
+        if out is None or out.grad_fn is None or not torch.is_grad_enabled():
+            # no loss on this output can be trained: the step's forward is over, and the
+            # function mode must not outlive it (an evaluation pass, say, then no backward)
+            self._exit_functional()
             return
-        self._graph_checked = True
-        self._root_output_hook.remove()         # once is enough: no cost on later passes
+        if self._graph_checked:
+            return
+        self._graph_checked = True              # once is enough: no cost on later passes
         known = {id(p) for _, p in self.model.named_parameters()}
         inputs = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
         known |= {id(t) for t in inputs}
