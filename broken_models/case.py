@@ -54,6 +54,11 @@ LESSON_SECTIONS: tuple[str, ...] = (
 )
 
 
+#: the module-level fields of a case page: its card, never part of the script itself
+PAGE_FIELDS = frozenset({"TITLE", "SYMPTOM", "EXPECTED", "CAUSES", "CONSEQUENCES", "TOOL", "LESSON",
+                         "FIX", "TARGET", "REFERENCE"})
+
+
 @dataclass
 class Outcome:
     """What a training function hands back: its numbers and what the tool found.

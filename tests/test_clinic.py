@@ -13,27 +13,29 @@ from lesson.course.cli import main
 def test_list_shows_every_case_by_family(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in CATALOGUE)
+    assert all(c.symptom in out for c in CATALOGUE.values())
     assert out.index("The loss does not decrease") < out.index("NaN or Inf in the loss")
     assert main(["list", "--family", "backward"]) == 0
     out = capsys.readouterr().out
-    assert "miniframework_transpose" in out and "lr_too_high" not in out
+    assert "case5_2" in out and "case1_1" not in out
 
 
 def test_list_and_show_keep_titles_and_codes_behind_a_flag(capsys):
     main(["list"])
     out = capsys.readouterr().out
     for case in CATALOGUE.values():
-        assert case.title not in out
+        assert case.title not in out and f" {case.name} " not in out
         assert not any(f"[{code}" in out or f" {code}]" in out for code in case.causes)
+    assert "case1_3" in out and "--spoilers" in out
     main(["list", "--spoilers"])
     out = capsys.readouterr().out
-    assert all(case.title in out for case in CATALOGUE.values())
-    main(["show", "dead_relu"])
+    assert all(case.title in out and case.name in out for case in CATALOGUE.values())
+    main(["show", "case1_3"])
     out = capsys.readouterr().out
     case = CATALOGUE["dead_relu"]
-    assert case.title not in out and "DEAD_NEURONS" not in out
+    assert case.title not in out and "DEAD_NEURONS" not in out and "dead_relu" not in out
     assert "def train_broken(seed: int)" in out        # the script to debug, by default
+    assert "nndebug show case1_3 --diff" in out
 
 
 def test_show_gives_the_symptom_first_and_the_bug_only_on_request(capsys):
@@ -52,7 +54,7 @@ def test_show_prints_a_whole_script_and_rejects_unknown_cases(capsys):
     assert main(["show", "zero_init", "--source", "broken"]) == 0
     assert "def train_broken(seed: int)" in capsys.readouterr().out
     assert main(["show", "no_such_case"]) == 2
-    assert "no case named" in capsys.readouterr().err
+    assert "no clinic case" in capsys.readouterr().err
 
 
 @pytest.mark.slow

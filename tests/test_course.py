@@ -15,10 +15,26 @@ import pytest
 from lesson.course.learner.catalog import load_exercises
 from lesson.course.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
                                       export_grades, generate_release, gradebook_scores, submit)
+from lesson.course.learner.clinics import find_clinic_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = load_exercises()
 NAMES = [e.name for e in EXERCISES]
+
+
+def L(case: str) -> str:
+    """A catalogue case's neutral clinic label (the answer cell's id): "dead_relu" -> "case1_3"."""
+    return find_clinic_case(case).ident
+
+
+def T(case: str, part: str) -> str:
+    """The grade id of a case's diagnosis or repair test."""
+    return f"test_{L(case)}_{part}"
+
+
+def D(case: str, old: str, new: str) -> tuple[str, str]:
+    """An edit of the solution's diagnosis line for `case`."""
+    return f'diagnosis["{L(case)}"] = "{old}"', f'diagnosis["{L(case)}"] = "{new}"'
 
 #: Plausible wrong answers, at least two per assignment: (student, exercise, answer cell id,
 #: edit, test cell that must lose points). An edit is the cell's new source, or an
@@ -54,31 +70,34 @@ WRONG: list[tuple[str, str, str, object, str]] = [
     ("wrong2", "ex5_gradient_check", "locate_bad_parameter",  # hard-coded visible answer
      "def locate_bad_parameter(model, loss_fn, x, y, tol=1e-6):\n    return '2.weight'\n",
      "test_locate"),
-    ("wrong", "clinic1_not_learning", "missing_zero_grad",  # names a consequence, not the cause
-     ('diagnosis["missing_zero_grad"] = "MISSING_ZERO_GRAD"',
-      'diagnosis["missing_zero_grad"] = "LR_TOO_HIGH"'), "test_missing_zero_grad_diagnosis"),
-    ("wrong", "clinic1_not_learning", "dead_relu",  # lowers the learning rate, keeps the bug
-     ("broken", "dead_relu", [("lr=1e-2", "lr=1e-3")]), "test_dead_relu_repair"),
-    ("wrong", "clinic2_nan_inf", "log_of_zero",  # turns the NaN into 0: silences the symptom
+    ("wrong", "clinic1_not_learning", L("missing_zero_grad"),  # a consequence, not the cause
+     D("missing_zero_grad", "MISSING_ZERO_GRAD", "LR_TOO_HIGH"), T("missing_zero_grad", "diagnosis")),
+    ("wrong", "clinic1_not_learning", L("dead_relu"),  # lowers the learning rate, keeps the bug
+     ("broken", "dead_relu", [("lr=1e-2", "lr=1e-3")]), T("dead_relu", "repair")),
+    ("wrong", "clinic2_nan_inf", L("log_of_zero"),  # turns the NaN into 0: silences the symptom
      ("broken", "log_of_zero", [("return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()",
                                  "return torch.nan_to_num(-(y * torch.log(p) + (1 - y) * "
                                  "torch.log(1 - p)).mean(), nan=0.0, posinf=0.0)")]),
-     "test_log_of_zero_repair"),
-    ("wrong", "clinic2_nan_inf", "softmax_overflow",  # skips the steps whose loss is Inf
+     T("log_of_zero", "repair")),
+    ("wrong", "clinic2_nan_inf", L("softmax_overflow"),  # skips the steps whose loss is Inf
      ("broken", "softmax_overflow", [("break  # stop at the first NaN, before it reaches the "
-                                      "weights", "continue")]), "test_softmax_overflow_repair"),
-    ("wrong", "clinic3_bad_model", "test_rows_in_train",  # switches the validator off
+                                      "weights", "continue")]), T("softmax_overflow", "repair")),
+    ("wrong", "clinic3_bad_model", L("test_rows_in_train"),  # switches the validator off
      ("broken", "test_rows_in_train", [("findings = validate_data(data.x_train, data.y_train, "
                                         "data.x_val, data.y_val)", "findings = []")]),
-     "test_test_rows_in_train_repair"),
-    ("wrong", "clinic3_bad_model", "labels_shuffled",  # a plausible but wrong diagnosis
-     ('diagnosis["labels_shuffled"] = "LABELS_SHUFFLED"',
-      'diagnosis["labels_shuffled"] = "LABEL_NOISE"'), "test_labels_shuffled_diagnosis"),
-    ("wrong", "clinic4_pytorch", "double_softmax",  # trains harder, keeps the softmax
-     ("broken", "double_softmax", [("lr=1e-2", "lr=1e-1")]), "test_double_softmax_repair"),
-    ("wrong", "clinic4_pytorch", "nll_on_logits",  # softmax, not log-softmax, before NLLLoss
+     T("test_rows_in_train", "repair")),
+    ("wrong", "clinic3_bad_model", L("labels_shuffled"),  # a plausible but wrong diagnosis
+     D("labels_shuffled", "LABELS_SHUFFLED", "LABEL_NOISE"), T("labels_shuffled", "diagnosis")),
+    ("wrong", "clinic4_pytorch", L("double_softmax"),  # trains harder, keeps the softmax
+     ("broken", "double_softmax", [("lr=1e-2", "lr=1e-1")]), T("double_softmax", "repair")),
+    ("wrong", "clinic4_pytorch", L("nll_on_logits"),  # softmax, not log-softmax, before NLLLoss
      ("broken", "nll_on_logits", [("nn.Linear(32, 10))", "nn.Linear(32, 10), nn.Softmax(dim=1))")]),
-     "test_nll_on_logits_repair"),
+     T("nll_on_logits", "repair")),
+    ("wrong", "clinic5_backward", L("custom_function_transpose"),  # names the symptom's tool
+     D("custom_function_transpose", "GRADIENT_MISMATCH", "VANISHING_GRADIENT"),
+     T("custom_function_transpose", "diagnosis")),
+    ("wrong", "clinic5_backward", L("miniframework_transpose"),  # the broken backward, kept
+     ("broken", "miniframework_transpose", []), T("miniframework_transpose", "repair")),
 ]
 
 
@@ -98,8 +117,8 @@ def _broken_repair(case: str, edits: list[tuple[str, str]]) -> str:
         assert old in source, (case, old)
         source = source.replace(old, new)
     code = CATALOGUE[case].expected[0]
-    return (f'diagnosis["{case}"] = "{code}"\n\n'
-            + source.replace("def train_broken(", f"def repaired_{case}(", 1))
+    return (f'diagnosis["{L(case)}"] = "{code}"\n\n'
+            + source.replace("def train_broken(", f"def repaired_{L(case)}(", 1))
 
 
 def _wrong_source(exercise: str, cell_id: str, edit: object) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lesson.course.grading import gradebook as gbk
-from lesson.course.grading.simulated import ASSIGNMENTS, EDITS, TAMPERING, submissions
+from lesson.course.grading.simulated import ASSIGNMENTS, DEAD_RELU, EDITS, TAMPERING, submissions
 from lesson.course.learner.classroom import (autograde, copy_course, export_grades, generate_release,
                                       submit)
 
@@ -110,8 +110,8 @@ def test_wrong_and_symptom_hiding_answers_lose_their_points(graded):
     for path, url in _both(graded):
         assert _cells(url, "wrong", "ex1_exploding_gradients")["test_exploding_steps"][0] == 0
         hider = _cells(url, "hider", "clinic1_not_learning")
-        assert hider["test_dead_relu_repair"][0] == 0, path     # lower lr keeps the bug
-        assert hider["test_dead_relu_diagnosis"][0] == 1        # its right diagnosis counts
+        assert hider[f"test_{DEAD_RELU}_repair"][0] == 0, path     # lower lr keeps the bug
+        assert hider[f"test_{DEAD_RELU}_diagnosis"][0] == 1        # its right diagnosis counts
 
 
 @pytest.mark.slow

@@ -70,16 +70,23 @@ def test_harness_lines_pick_the_measuring_code():
 
 
 def test_show_case_prints_the_card_and_shares_the_scripts_helpers(capsys):
-    namespace: dict = {}
-    show_case("test_rows_in_train", into=namespace)
-    out = capsys.readouterr().out
-    assert "symptom:" in out and "def train_broken(seed" in out
     from broken_models import CATALOGUE
-    assert CATALOGUE["test_rows_in_train"].title not in out     # the title names the bug
+    from broken_models.case import PAGE_FIELDS
+    from lesson.course.learner.clinics import find_clinic_case
+
+    label = find_clinic_case("test_rows_in_train").ident
+    namespace: dict = {}
+    show_case(label, into=namespace)
+    out = capsys.readouterr().out
+    assert "symptom:" in out and f"def broken_{label}(seed" in out
+    case = CATALOGUE["test_rows_in_train"]
+    assert case.title not in out and "test_rows_in_train" not in out   # both name the bug
+    assert not any(code in out for code in case.causes)
     assert "rows_in" in namespace and "digits" in namespace
-    assert "train_fixed" not in namespace and "TITLE" not in namespace
-    with pytest.raises(ValueError, match="no case"):
-        show_case("no_such_case")
+    assert callable(namespace[f"broken_{label}"])
+    assert "train_fixed" not in namespace and not PAGE_FIELDS & set(namespace)
+    with pytest.raises(ValueError, match="no clinic case"):
+        show_case("case9_99")
 
 
 def test_clinic_solutions_keep_the_current_harness_of_their_cases():
@@ -93,20 +100,22 @@ def test_clinic_solutions_keep_the_current_harness_of_their_cases():
     from lesson.course.learner.catalog import load_exercises
 
     root = Path(__file__).resolve().parents[1]
+    from lesson.course.learner.clinics import ASSIGNMENTS, find_clinic_case
+
     clinics = [e for e in load_exercises() if e.name.startswith("clinic")]
-    assert len(clinics) == 4
+    assert len(clinics) == len(ASSIGNMENTS)
     for ex in clinics:
         nb = nbformat.read(ex.solution(root), as_version=4)
         for cell in nb.cells:
             if not cell.metadata.get("nbgrader", {}).get("solution"):
                 continue
-            name = cell.id
-            module = importlib.import_module(CATALOGUE[name].module)
+            case = find_clinic_case(cell.id)
+            module = importlib.import_module(CATALOGUE[case.name].module)
             mine = {ln.strip() for ln in cell.source.splitlines()}
             missing = [ln for ln in harness_lines(inspect.getsource(module.train_broken))
                        if ln not in mine]
-            assert not missing, f"{ex.name}/{name}: the case's harness changed: {missing}"
-            assert f"def repaired_{name}(seed" in cell.source
+            assert not missing, f"{ex.name}/{case.ident}: the case's harness changed: {missing}"
+            assert f"def {case.repair}(seed" in cell.source
 
 
 def test_a_diagnosis_is_graded_as_the_cause_and_a_consequence_is_called_one():

@@ -25,7 +25,7 @@ FIX = "Keep sub-layers in nn.ModuleList (or nn.Sequential), never in a plain lis
 TARGET = "validation accuracy >= 0.9"
 
 
-class Net(nn.Module):
+class StackNet(nn.Module):
     """A stack of hidden layers, whatever container holds them, and an output layer."""
 
     def __init__(self, hidden: list[nn.Module] | nn.ModuleList):
@@ -52,7 +52,7 @@ def train_broken(seed: int) -> Outcome:
 
     torch.manual_seed(seed)
     data = digits(seed)
-    model = Net([nn.Linear(64, 32), nn.Linear(32, 8)])
+    model = StackNet([nn.Linear(64, 32), nn.Linear(32, 8)])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
@@ -70,7 +70,7 @@ def train_fixed(seed: int) -> Outcome:
 
     torch.manual_seed(seed)
     data = digits(seed)
-    model = Net(nn.ModuleList([nn.Linear(64, 32), nn.Linear(32, 8)]))
+    model = StackNet(nn.ModuleList([nn.Linear(64, 32), nn.Linear(32, 8)]))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:

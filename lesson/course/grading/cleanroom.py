@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .answers import answers, bound_names, imported_names
+from .answers import answers, bound_names, imported_names, top_level_names
 from .sandbox import Limits, SandboxDied, TimedOut, _code_roots
 
 TAMPERING = "Tampering"
@@ -320,31 +320,35 @@ def _trusted_import(name: str) -> Any:
 
 
 def clinic_harness_additions(source: str) -> list[str]:
-    """For a clinic repair (`repaired_<case>`), lines it adds that touch the measuring code:
-    keeping the broken script's harness lines is not enough if new ones rewrite it."""
+    """For a clinic answer cell (one that binds `repaired_<case label>`), lines any function of
+    the cell adds that touch the measuring code: keeping the broken script's harness lines is not
+    enough if new ones rewrite it, and the repair may be bound from a function of another name."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    repairs = [n for n in tree.body if isinstance(n, ast.FunctionDef)
-               and n.name.startswith("repaired_")]
-    if not repairs:
-        return []
-    from broken_models import CATALOGUE
     from lesson.course.learner.clinic import harness_lines
+    from lesson.course.learner.clinics import find_clinic_case
 
-    reasons = []
-    for node in repairs:
-        case = node.name[len("repaired_"):]
-        if case not in CATALOGUE:
+    labels = [name[len("repaired_"):] for name in top_level_names(tree)
+              if name.startswith("repaired_")]
+    cases = []
+    for label in dict.fromkeys(labels):
+        try:
+            cases.append(find_clinic_case(label).case)
+        except ValueError:
             continue
-        allowed = set(harness_lines(CATALOGUE[case].source("broken")))
-        mine = harness_lines(ast.get_source_segment(source, node) or "")
-        added = [ln for ln in mine if ln not in allowed]
-        if added:
-            reasons.append(f"{node.name} adds lines that touch the measuring code: "
-                           + " | ".join(added[:5]))
-    return reasons
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    reasons = []
+    for case in cases:
+        allowed = set(harness_lines(case.source("broken")))
+        for node in functions:
+            mine = harness_lines(ast.get_source_segment(source, node) or "")
+            added = [ln for ln in mine if ln not in allowed]
+            if added:
+                reasons.append(f"{node.name} adds lines that touch the measuring code: "
+                               + " | ".join(added[:5]))
+    return list(dict.fromkeys(reasons))
 
 
 def run(cells: list[dict], limits: Limits, deny: list[str]) -> dict:

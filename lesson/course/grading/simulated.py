@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lesson.course.learner.clinics import find_clinic_case
+
 #: the assignments the class hands in (the fastest notebooks of the course)
 ASSIGNMENTS = {"ex1_exploding_gradients": "exploding_gradients",
                "ex5_gradient_check": "gradient_check",
@@ -130,8 +132,12 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
             "    expected = ('LR_TOO_HIGH', 'DEAD_NEURONS', 'MISSING_ZERO_GRAD')\n"
             "    def evaluate(self, fn, seed=0):\n"
             "        return _Healthy()\n\n"
+            "class _Right:\n"
+            "    right, kind, message = True, 'cause', 'right'\n\n"
             "CATALOGUE = {'missing_zero_grad': _Case(), 'dead_relu': _Case()}\n"
-            "harness_changes = lambda name, fn: []\n\n"
+            "harness_changes = lambda name, fn: []\n"
+            "evaluate_repair = lambda label, fn, seed=0: _Healthy()\n"
+            "judge_diagnosis = lambda label, code: _Right()\n\n"
             "def repaired_missing_zero_grad(seed):\n"
             "    return None\n",
         "dead_relu": 'diagnosis["dead_relu"] = "LR_TOO_HIGH"\n\n'
@@ -238,6 +244,24 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
+#: the two clinic cases the class answers, under their clinic labels (case1_8, case1_3)
+MISSING_ZERO_GRAD = find_clinic_case("missing_zero_grad").ident
+DEAD_RELU = find_clinic_case("dead_relu").ident
+
+
+def _labelled(cells: dict[str, str]) -> dict[str, str]:
+    """The answers above are written with the cases' names; the clinic asks by label."""
+    def relabel(text: str) -> str:
+        return text.replace("missing_zero_grad", MISSING_ZERO_GRAD).replace("dead_relu", DEAD_RELU)
+    return {relabel(k): relabel(v) for k, v in cells.items()}
+
+
+EDITS = {key: _labelled(cells) if key[1] == "clinic1_not_learning" else cells
+         for key, cells in EDITS.items()}
+TAMPERING = {name: (who, a, _labelled(cells) if a == "clinic1_not_learning" else cells)
+             for name, (who, a, cells) in TAMPERING.items()}
+
+
 def _edit(path: Path, replacements: dict[str, str], target: Path, root: Path) -> Path:
     nb = json.loads(path.read_text(encoding="utf-8"))
     seen = set()
@@ -257,7 +281,10 @@ def _edit(path: Path, replacements: dict[str, str], target: Path, root: Path) ->
 def submissions(solutions: Path, root: Path, drafts: Path, models: list[str] = ("model",),
                 ) -> dict[tuple[str, str], Path]:
     """(student, assignment) -> notebook for the whole class: the model students hand in the
-    solutions, the others their edits of them. `root` is the course folder being graded."""
+    solutions, the others their edits of them; in a clinic, all but the honest students edit the
+    release instead (only the cases they answer are filled in: the others score nothing and
+    cost no training).
+    `root` is the course folder being graded."""
     out: dict[tuple[str, str], Path] = {}
     for assignment, notebook in ASSIGNMENTS.items():
         source = solutions / assignment / f"{notebook}.ipynb"
@@ -265,9 +292,11 @@ def submissions(solutions: Path, root: Path, drafts: Path, models: list[str] = (
             out[(student, assignment)] = source
     edits = dict(EDITS)
     edits.update({(s, a): cells for s, a, cells in TAMPERING.values()})
+    release = solutions.parent / "exercises"
     for (student, assignment), cells in edits.items():
         notebook = ASSIGNMENTS[assignment]
-        out[(student, assignment)] = _edit(solutions / assignment / f"{notebook}.ipynb", cells,
+        base = release if assignment.startswith("clinic") and student != "honest" else solutions
+        out[(student, assignment)] = _edit(base / assignment / f"{notebook}.ipynb", cells,
                                            drafts / student / assignment / f"{notebook}.ipynb",
                                            root)
     return out

@@ -15,6 +15,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from broken_models.case import PAGE_FIELDS
+from lesson.course.learner.clinics import find_clinic_case
+
 #: a line of a case script that measures or reports, rather than trains
 _HARNESS = re.compile(
     r"NetworkDebugger|debugger\.|findings|Outcome\(|metrics|scores\(|locate_nonfinite|"
@@ -24,29 +27,37 @@ _HARNESS = re.compile(
 _NOT_SHARED = {"train_broken", "train_fixed", "symptom_seen", "target_reached"}
 
 
-def _case(name: str) -> Any:
-    from broken_models import CATALOGUE
-
-    if name not in CATALOGUE:
-        raise ValueError(f"no case {name!r} in the catalogue")
-    return CATALOGUE[name]
+def _case(label: str) -> Any:
+    """The catalogue case behind a clinic label ("case1_3") or a case name."""
+    return find_clinic_case(label).case
 
 
-def _module(name: str) -> Any:
-    return importlib.import_module(_case(name).module)
+def _module(label: str) -> Any:
+    return importlib.import_module(_case(label).module)
 
 
-def show_case(name: str, into: dict[str, Any] | None = None) -> None:
-    """Print a case's symptom and target, then its broken training script (not the title: it
-    names the bug). With `into` (the notebook's `globals()`), also define the helpers that
-    script uses (its imports and the page's own functions), so a copy of it runs here."""
-    case, module = _case(name), _module(name)
-    print(f"symptom: {case.symptom}")
+def show_case(label: str, into: dict[str, Any] | None = None) -> None:
+    """Print a case's symptom and target, then its broken training script under the case's
+    neutral label (never the name or title: they name the bug). With `into` (the notebook's
+    `globals()`), also define the helpers that script uses (its imports and the page's own
+    functions) and the script itself as `broken_<label>`, so the student can run it, read what
+    the tools say, and run a copy of it."""
+    found = find_clinic_case(label)
+    case, module = found.case, _module(label)
+    print(f"{found.heading}\nsymptom: {case.symptom}")
     print(f"target:  {case.target}\n")
-    print(textwrap.dedent(inspect.getsource(module.train_broken)))
+    source = textwrap.dedent(inspect.getsource(module.train_broken))
+    print(source.replace("def train_broken(", f"def {found.broken}(", 1))
     if into is not None:
         into.update({k: v for k, v in vars(module).items()
-                     if not k.startswith("_") and not k.isupper() and k not in _NOT_SHARED})
+                     if not k.startswith("__") and k not in PAGE_FIELDS and k not in _NOT_SHARED})
+        into[found.broken] = module.train_broken
+
+
+def evaluate_repair(label: str, repair: Callable[..., Any], seed: int) -> Any:
+    """Train the student's repair exactly as the catalogue trains its own fix, and judge it
+    (`run.healthy`: no finding and the target reached)."""
+    return _case(label).evaluate(repair, seed=seed)
 
 
 #: ways of handing a loss to the debugger that measure the same thing (README recommends
@@ -70,19 +81,22 @@ class DiagnosisVerdict:
         return self.kind == "cause"
 
 
-def judge_diagnosis(name: str, code: Any) -> DiagnosisVerdict:
-    """Grade a diagnosis as the cause: any code the case page lists in CAUSES is right; one in
-    CONSEQUENCES is wrong, and the verdict says it is a consequence (without naming the cause)."""
+def judge_diagnosis(label: str, code: Any) -> DiagnosisVerdict:
+    """Grade a diagnosis as the cause: any code the case page lists in CAUSES is right (and the
+    verdict then names the case); one in CONSEQUENCES is wrong, and the verdict says it is a
+    consequence, without naming the cause."""
     from lesson.findings import CODES
 
-    case = _case(name)
+    found = find_clinic_case(label)
+    case = found.case
     if code is None:
-        return DiagnosisVerdict("missing", f'set diagnosis["{name}"] to a code from lesson.CODES')
+        return DiagnosisVerdict("missing", f'set diagnosis["{found.ident}"] to a code from '
+                                "lesson.CODES")
     if not isinstance(code, str) or code not in CODES:
         return DiagnosisVerdict("not a code", f"{code!r} is not a code of lesson.CODES "
                                 "(a code is a string in quotes, such as \"NAN_OR_INF\")")
     if code in case.causes:
-        return DiagnosisVerdict("cause", f"{code} names the cause.")
+        return DiagnosisVerdict("cause", f"{code} names the cause. Solved: {found.solved_line}")
     if code in case.consequences:
         return DiagnosisVerdict("consequence", f"{code} is true of this run, but it is a "
                                 "consequence of the bug, not its cause: what produced it?")
@@ -95,10 +109,10 @@ def harness_lines(source: str) -> list[str]:
     return [ln.strip() for ln in source.splitlines() if _HARNESS.search(ln)]
 
 
-def harness_changes(name: str, repair: Callable[..., Any]) -> list[str]:
+def harness_changes(label: str, repair: Callable[..., Any]) -> list[str]:
     """What the repair changed in the case's measuring code ([] when nothing): lines of the
     broken script's harness missing from the repair, or the catalogue's own function."""
-    case, module = _case(name), _module(name)
+    case, module = _case(label), _module(label)
     if repair in (case.train_broken, case.train_fixed):
         return ["this is the catalogue's own script, not a repair"]
     try:

@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--course-dir", type=Path, default=None,
                         help="the course repository (default: found from the current folder)")
     if command in {"check", "hint"}:
-        parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1")
+        parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1, "
+                            "or a clinic case such as case1_3")
     if command == "check":
         parser.add_argument("--verbose", action="store_true",
                             help="show everything the test cells print (default: a few lines)")
@@ -29,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                             help="run every started exercise again, even if unchanged")
     if command == "watch":
         parser.add_argument("exercise", nargs="?", default=None,
-                            help="the exercise to watch (default: the first one not done)")
+                            help="the exercise or clinic case to watch (default: the first "
+                                 "exercise not done)")
         parser.add_argument("--interval", type=float, default=1.0,
                             help="seconds between looks at the notebook (default 1)")
         parser.add_argument("--max-checks", type=int, default=0,
@@ -64,25 +66,46 @@ def run(args: argparse.Namespace) -> int:
 
 # -- the pieces ------------------------------------------------------------------------------
 
-def is_untouched(path: Path) -> bool:
-    """True while every answer cell still holds exactly what the release put there."""
+def is_untouched(path: Path, cells: tuple[str, ...] = ()) -> bool:
+    """True while every answer cell (only those of `cells` when given) still holds exactly
+    what the release put there."""
     import nbformat
     from nbgrader.utils import compute_checksum, is_solution
 
     nb = nbformat.read(path, as_version=4)
-    answers = [c for c in nb.cells if is_solution(c)]
+    answers = [c for c in nb.cells if is_solution(c)
+               and (not cells or c.metadata["nbgrader"].get("grade_id") in cells)]
     return all(c.metadata["nbgrader"].get("checksum") == compute_checksum(c) for c in answers)
 
 
 def record(root: Path, exercise: Exercise, result: CheckResult) -> None:
-    """Remember the outcome of a check that actually ran."""
+    """Remember the outcome of a check that actually ran (of a clinic: of each case as well)."""
     progress = Progress(root)
-    entry = progress.get(exercise.name)
-    entry.status = DONE if result.passed else FAILING
-    entry.notebook_hash = notebook_hash(exercise.released(root))
-    earned, possible = result.score
-    entry.score = f"{earned:g}/{possible:g}"
+    digest = notebook_hash(exercise.released(root))
+    judged = [(exercise.name, result.tests)]
+    if exercise.cases:
+        from lesson.course.learner.catalog import case_exercise
+
+        for label in exercise.cases:
+            ids = set(case_exercise(label).tests)
+            judged.append((label, [t for t in result.tests if t.name in ids]))
+    for name, tests in judged:
+        if not tests:
+            continue
+        entry = progress.get(name)
+        entry.status = DONE if not result.error and all(t.passed for t in tests) else FAILING
+        entry.notebook_hash = digest
+        entry.score = (f"{sum(t.points for t in tests if t.passed):g}/"
+                       f"{sum(t.points for t in tests):g}")
     progress.save()
+
+
+def run_exercise(root: Path, exercise: Exercise) -> CheckResult:
+    """Run the exercise's notebook (for one clinic case: its tests only)."""
+    if exercise.tests:
+        return run_notebook(exercise.released(root), only_tests=set(exercise.tests),
+                            own_cells=set(exercise.answer_cells))
+    return run_notebook(exercise.released(root))
 
 
 def status_of(root: Path, exercise: Exercise, recheck: bool = False) -> tuple[str, str]:
@@ -96,7 +119,7 @@ def status_of(root: Path, exercise: Exercise, recheck: bool = False) -> tuple[st
     if is_untouched(path):
         return NOT_STARTED, ""
     print(f"  checking {exercise.name} ...", flush=True)
-    result = run_notebook(path)
+    result = run_exercise(root, exercise)
     record(root, exercise, result)
     entry = Progress(root).get(exercise.name)
     return entry.status, entry.score
@@ -104,16 +127,27 @@ def status_of(root: Path, exercise: Exercise, recheck: bool = False) -> tuple[st
 
 def show_progress(root: Path, exercises: list[Exercise], recheck: bool = False) -> int:
     rows = [(e, *status_of(root, e, recheck)) for e in exercises]
-    current = next((e.name for e, status, _ in rows if status != DONE), None)
+    current = next((e for e, status, _ in rows if status != DONE), None)
     width = max(len(e.name) for e in exercises)
+    progress = Progress(root)
     print(f"\n   {'exercise':<{width}}  {'status':<11}  {'score':>6}  title")
     for e, status, score in rows:
-        mark = "->" if e.name == current else "  "
-        print(f"{mark} {e.name:<{width}}  {status:<11}  {score:>6}  {e.title}")
+        mark = "->" if e is current else "  "
+        cases = ""
+        if e.cases:
+            solved = sum(progress.get(label).status == DONE for label in e.cases)
+            cases = f"  ({solved}/{len(e.cases)} cases done)"
+        print(f"{mark} {e.name:<{width}}  {status:<11}  {score:>6}  {e.title}{cases}")
     done = sum(status == DONE for _, status, _ in rows)
-    print(f"\n{done}/{len(rows)} done." + (f" Next: nndebug check {current}" if current else
-                                              " All exercises pass: well done."))
+    print(f"\n{done}/{len(rows)} done." + (f" Next: nndebug check {next_step(progress, current)}"
+                                              if current else " All exercises pass: well done."))
     return 0
+
+
+def next_step(progress: Progress, exercise: Exercise) -> str:
+    """What to check next: the exercise, or for a clinic its first case not done."""
+    return next((label for label in exercise.cases if progress.get(label).status != DONE),
+                exercise.name)
 
 
 #: lines of a test cell's printed output shown without --verbose
@@ -161,15 +195,36 @@ def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = Non
     path = exercise.released(root)
     if not path.is_file():
         raise ValueError(f"{path} does not exist")
-    print(f"checking {path.relative_to(root)} ...", flush=True)
-    result = run_notebook(path)
+    if exercise.tests and is_untouched(path, exercise.answer_cells):
+        print(f"{exercise.name}: not started. Open {path.relative_to(root)}, fill in the cell "
+              f"of {exercise.title.split(' of ')[0]} and save; `nndebug hint {exercise.name}` "
+              "helps.")
+        return 1
+    print(f"checking {path.relative_to(root)}"
+          + (f" ({exercise.title})" if exercise.tests else "") + " ...", flush=True)
+    result = run_exercise(root, exercise)
     record(root, exercise, result)
     report(exercise, result, Progress(root).get(exercise.name).hints_shown, verbose)
     if result.passed and exercises:
-        following = exercises[exercises.index(exercise) + 1:] if exercise in exercises else []
+        following = step_after(Progress(root), exercise, exercises)
         if following:
-            print(f"\n  Next: nndebug check {following[0].name}")
+            print(f"\n  Next: nndebug check {following}")
     return 0 if result.passed else 1
+
+
+def step_after(progress: Progress, exercise: Exercise, exercises: list[Exercise]) -> str | None:
+    """What to check after `exercise` passed: after a case, its clinic's next case not done;
+    after the last one (or an assignment), the next assignment."""
+    if exercise.assignment:
+        clinic = next((e for e in exercises if e.name == exercise.assignment), None)
+        if clinic is None:
+            return None
+        label = next((c for c in clinic.cases if progress.get(c).status != DONE), None)
+        if label is not None:
+            return label
+        exercise = clinic
+    following = exercises[exercises.index(exercise) + 1:] if exercise in exercises else []
+    return next_step(progress, following[0]) if following else None
 
 
 def hint(root: Path, exercise: Exercise) -> int:
@@ -216,7 +271,7 @@ def watch(root: Path, exercises: list[Exercise], chosen: Exercise | None, interv
             if not path.is_file():
                 raise ValueError(f"{path} does not exist")
             seen = path.stat().st_mtime_ns
-            if is_untouched(path):   # not started: nothing to check until the first save
+            if is_untouched(path, exercise.answer_cells):   # not started: wait for a save
                 print(f"{exercise.name}: not started. Open {path.relative_to(root)}, "
                       "fill in the cells marked YOUR CODE HERE and save.")
                 while path.stat().st_mtime_ns == seen:

@@ -1,0 +1,161 @@
+"""Every catalogue case is a graded clinic exercise under a neutral label: the notebooks are
+generated from the case pages (and fail this test when stale), the release names no bug before
+it is solved, and the learner loop (`check`, `hint`, progress) works per case."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from broken_models import CATALOGUE, PAGES
+from lesson.course.learner import clinic_notebooks
+from lesson.course.learner.catalog import case_exercise, find_exercise, load_exercises
+from lesson.course.learner.clinics import ASSIGNMENTS, clinic_cases, find_clinic_case
+from lesson.course.learner.progress import DONE, FAILING, NOT_STARTED, Progress
+from tests.test_learner import EXERCISES, ROOT, cli, course_copy
+
+CLINIC = "clinic1_not_learning"
+
+
+def _released(case) -> nbformat.NotebookNode:
+    return nbformat.read(find_exercise(case.assignment, EXERCISES).released(ROOT), as_version=4)
+
+
+def _answer(root: Path, case, source: str) -> None:
+    """Type `source` into the case's answer cell of the learner's notebook."""
+    path = find_exercise(case.assignment, EXERCISES).released(root)
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.get("id") == case.ident)
+    cell.source = source
+    nbformat.write(nb, path)
+
+
+def test_every_case_of_the_catalogue_is_a_clinic_exercise():
+    labels = {c.name: c.ident for c in clinic_cases()}
+    assert sorted(labels) == sorted(CATALOGUE) and len(labels) == len(PAGES)
+    for case in clinic_cases():
+        for folder in ("solutions", "exercises"):
+            ex = find_exercise(case.assignment, EXERCISES)
+            nb = nbformat.read(ROOT / folder / ex.name / ex.notebook, as_version=4)
+            ids = {c.get("id") for c in nb.cells}
+            assert {case.ident, *case.test_ids} <= ids, (folder, case.ident, case.name)
+        assert len(case.hints) == 3 and all(case.hints)
+    assert sorted(e.name for e in EXERCISES if e.name.startswith("clinic")) == \
+        sorted(folder for folder, _ in ASSIGNMENTS.values())
+
+
+def test_committed_clinic_notebooks_are_the_generated_ones():
+    assert clinic_notebooks.stale(ROOT) == [], \
+        "run: python -m lesson.course.learner.clinic_notebooks, then make release"
+
+
+def test_a_new_case_page_makes_its_clinic_stale(tmp_path, monkeypatch):
+    clinic_notebooks.write_all(tmp_path)
+    assert clinic_notebooks.stale(tmp_path) == []
+    import lesson.course.learner.clinics as clinics
+
+    extra = clinics.ClinicCase("case2_99", 2, 99, "log_of_zero")
+    cases = (*clinic_cases(), extra)
+    monkeypatch.setattr(clinics, "_all", lambda: cases)
+    assert [p.parent.name for p in clinic_notebooks.stale(tmp_path)] == ["clinic2_nan_inf"]
+
+
+@pytest.mark.parametrize("case", clinic_cases(), ids=lambda c: c.ident)
+def test_the_release_names_no_bug_before_it_is_solved(case):
+    """Headings, the shown script's label, the cells' ids and the visible tests say nothing of
+    the bug: neither the case's name, nor its title, nor a code of its cause."""
+    text = "\n".join(c.source for c in _released(case).cells)
+    assert case.name not in text
+    assert case.case.title not in text
+    for code in case.case.causes:
+        assert f'"{code}"' not in text
+
+
+def test_show_case_prints_no_name_title_or_cause(capsys):
+    from lesson.course.learner.clinic import show_case
+
+    for case in clinic_cases():
+        show_case(case.ident)
+        out = capsys.readouterr().out
+        assert case.name not in out and case.case.title not in out, case.ident
+        assert case.heading in out
+
+
+def test_a_case_is_found_by_label_and_its_hints_come_from_the_page():
+    case = find_clinic_case("case1_3")
+    assert find_clinic_case("1.3") == case and case.name == "dead_relu"
+    page = CATALOGUE["dead_relu"]
+    assert page.lesson in case.hints[0] and page.fix in case.hints[2]
+    ex = case_exercise("case1_3")
+    assert ex.assignment == CLINIC and ex.hints == case.hints
+    assert set(ex.tests) == set(case.test_ids) and ex.answer_cells == (case.ident,)
+    with pytest.raises(ValueError, match="no clinic case"):
+        find_clinic_case("case1_99")
+    with pytest.raises(TypeError, match="string"):
+        find_clinic_case(3)
+
+
+def test_hint_for_a_case_goes_from_general_to_specific(tmp_path, capsys):
+    root = course_copy(tmp_path, names=[CLINIC])
+    case = find_clinic_case("case1_3")
+    for expected in case.hints:
+        assert cli("hint", root, "case1_3") == 0
+        assert expected in capsys.readouterr().out
+    assert Progress(root).get("case1_3").hints_shown == 3
+
+
+def test_check_of_one_case_runs_its_tests_only_and_keeps_progress_per_case(tmp_path, capsys):
+    """The student's path through one case: blank, a syntax error, a consequence, an
+    unrelated code, then the right diagnosis and repair."""
+    root = course_copy(tmp_path, names=[CLINIC])
+    case = find_clinic_case("missing_zero_grad")
+    label = case.ident
+
+    assert cli("check", root, label) == 1
+    out = capsys.readouterr().out
+    assert Progress(root).get(label).status == NOT_STARTED
+    assert "not started" in out and "missing_zero_grad" not in out
+
+    _answer(root, case, f'diagnosis["{label}"] = "MISSING_ZERO_GRAD"\ndef {case.repair}(seed:\n')
+    cli("check", root, label)
+    out = capsys.readouterr().out
+    assert "SyntaxError" in out and label in out.split("SyntaxError")[0]
+    assert Progress(root).get(label).status == FAILING
+
+    for code, kind in [("LR_TOO_HIGH", "consequence"), ("OVERFITTING", "not what is wrong")]:
+        _answer(root, case, f'diagnosis["{label}"] = "{code}"\n')
+        cli("check", root, label)
+        out = capsys.readouterr().out
+        assert kind in out, out
+        assert "MISSING_ZERO_GRAD" not in out and "missing_zero_grad" not in out
+        assert f"test_{label}_diagnosis" in out
+
+    from tests.test_course import _solution_source
+    _answer(root, case, _solution_source(CLINIC, label))
+    assert cli("check", root, label) == 0
+    out = capsys.readouterr().out
+    assert case.solved_line in out                    # named once solved
+    assert "Next: nndebug check case1_1" in out       # the clinic's first case not done
+    assert Progress(root).get(label).status == DONE
+    assert Progress(root).get(find_clinic_case("dead_relu").ident).status == NOT_STARTED
+
+
+def test_the_exercise_table_counts_cases_per_clinic(tmp_path, capsys):
+    root = course_copy(tmp_path, names=[CLINIC])
+    assert cli("exercises", root) == 0
+    out = capsys.readouterr().out
+    n = len(clinic_cases("not_learning"))
+    assert f"(0/{n} cases done)" in out
+
+
+def test_bad_case_labels_are_clear_errors(tmp_path, capsys):
+    root = course_copy(tmp_path, names=[CLINIC])
+    assert cli("check", root, "case1_99") == 2
+    assert "no clinic case" in capsys.readouterr().out
+
+
+def test_load_exercises_lists_each_clinic_once():
+    names = [e.name for e in load_exercises()]
+    assert len(names) == len(set(names))
