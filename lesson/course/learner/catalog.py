@@ -23,6 +23,9 @@ class Exercise:
     assignment: str = ""
     tests: tuple[str, ...] = ()
     answer_cells: tuple[str, ...] = ()
+    #: test cell -> the requirements of the text its visible part checks, in the order its
+    #: asserts do (each is the start of its assert's message)
+    requirements: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def folder(self) -> str:
@@ -59,7 +62,9 @@ def clinic_exercises() -> list[Exercise]:
 def load_exercises(path: Path = METADATA) -> list[Exercise]:
     """All exercises in teaching order: the written ones, then the clinics."""
     data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    exercises = [Exercise(e["name"], e["notebook"], e["title"], tuple(e["hints"]))
+    exercises = [Exercise(e["name"], e["notebook"], e["title"], tuple(e["hints"]),
+                          requirements=tuple((test, tuple(texts)) for test, texts
+                                             in e.get("requirements", {}).items()))
                  for e in data["exercise"]] + clinic_exercises()
     names = [e.name for e in exercises]
     if len(set(names)) != len(names):

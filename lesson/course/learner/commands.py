@@ -175,6 +175,11 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int,
             print(f"          | ... ({len(lines) - PRINTED_LINES} more lines: --verbose)")
     earned, possible = result.score
     print(f"  score on the visible tests: {earned:g}/{possible:g}")
+    coverage = requirement_status(exercise, result)
+    if coverage:
+        print("\n  what the text asks, as the visible tests check it:")
+        for test, text, status in coverage:
+            print(f"    {status:<12} {text}  ({test})")
     failure = result.first_failure
     if result.passed:
         print("  All visible tests pass. The grader also runs hidden tests on inputs you have "
@@ -188,6 +193,25 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int,
     if hints_shown < len(exercise.hints):
         print(f"\n  Stuck? nndebug hint {exercise.name} shows hint "
               f"{hints_shown + 1} of {len(exercise.hints)}.")
+
+
+def requirement_status(exercise: Exercise, result: CheckResult) -> list[tuple[str, str, str]]:
+    """(test, requirement, status) for each requirement the visible tests check: "met" when
+    its assert passed, "NOT MET" for the one that failed, "not reached" after it (a test stops
+    at its first failing assert) or when the test failed before checking any."""
+    outcome = {t.name: t for t in result.tests}
+    rows = []
+    for test, texts in exercise.requirements:
+        cell = outcome.get(test)
+        if cell is None:
+            continue
+        failed_at = None if cell.passed else next(
+            (i for i, text in enumerate(texts) if text in (cell.message or "")), len(texts))
+        for i, text in enumerate(texts):
+            status = ("met" if failed_at is None or i < failed_at and failed_at < len(texts)
+                      else "NOT MET" if i == failed_at else "not reached")
+            rows.append((test, text, status))
+    return rows
 
 
 def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = None,
