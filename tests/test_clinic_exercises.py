@@ -159,3 +159,32 @@ def test_bad_case_labels_are_clear_errors(tmp_path, capsys):
 def test_load_exercises_lists_each_clinic_once():
     names = [e.name for e in load_exercises()]
     assert len(names) == len(set(names))
+
+
+def test_watch_on_a_case_waits_for_that_case_and_checks_it(tmp_path, capsys):
+    """Another case's answer saved: this case is still not started. Its own answer saved: it
+    is checked."""
+    from lesson.course.learner import commands
+
+    root = course_copy(tmp_path, names=[CLINIC])
+    mine, other = find_clinic_case("case1_3"), find_clinic_case("case1_4")
+    chosen = case_exercise(mine.ident)
+    path = chosen.released(root)
+    checked, sleeps = [], []
+
+    def save(case) -> None:
+        import os
+
+        _answer(root, case, f'diagnosis["{case.ident}"] = "DEAD_NEURONS"\n')
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000 * (len(sleeps) + 1)))
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        save(other if len(sleeps) == 1 else mine)
+
+    code = commands.watch(root, EXERCISES, chosen, interval=0.5, max_checks=1, sleep=sleep,
+                          checker=lambda r, e: checked.append(e.name) or 1)
+    assert code == 0 and checked == [mine.ident] and len(sleeps) == 2
+    out = capsys.readouterr().out
+    assert out.count("not started") == 2 and mine.name not in out

@@ -33,7 +33,8 @@ def seed_argument(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--case", action="append", metavar="NAME",
-                        help="run only this case (repeat for several); see `nndebug list`")
+                        help="run only this case, by label (case1_3) or name (repeat for several); "
+                             "see `nndebug list`")
     parser.add_argument("--family", metavar="NAME", help="run only one family of cases")
     parser.add_argument("--seed", type=seed_argument, default=0,
                         help="random seed of every run, 0 to 2**32-1 (default 0)")
@@ -90,10 +91,11 @@ def examine(name: str, seed: int, out: str | None, verify_fixes: bool) -> dict[s
 
 
 def _select(args: argparse.Namespace) -> list[str]:
-    from broken_models import CATALOGUE, by_family, get_case
+    from broken_models import CATALOGUE, by_family
+    from lesson.course.learner.clinics import find_clinic_case
 
     if args.case:
-        names = [get_case(n).name for n in args.case]
+        names = [find_clinic_case(n).name for n in args.case]    # a label or a name
         if args.family:
             names = [n for n in names if CATALOGUE[n].family == args.family]
         return names
