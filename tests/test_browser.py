@@ -60,8 +60,8 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser, tmp_path) -> Iterator[object]:
-    """A fresh tab with a tall window (every notebook cell rendered); a screenshot is kept in
-    tmp_path when the test fails, to see what the student would have seen."""
+    """A fresh tab with a tall window (every notebook cell rendered). Its last screen is kept
+    as tmp_path/last-page.png: when a test fails, it shows what the student would have seen."""
     context = browser.new_context(viewport={"width": 1400, "height": 3000})
     tab = context.new_page()
     tab.set_default_timeout(STEP_S * 1000)
