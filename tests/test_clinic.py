@@ -107,7 +107,7 @@ def test_makefile_runs_the_clinic():
     assert "$(BIN)/nndebug clinic" in makefile
 
 
-@pytest.mark.parametrize("seed", ["-1", "abc", "1.5", str(2**32)])
+@pytest.mark.parametrize("seed", ["-1", "abc", "1.5", "-1.5", "true", "", str(2**32)])
 def test_clinic_refuses_a_bad_seed_with_a_usage_error(seed, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["clinic", "--seed", seed, "--no-report"])

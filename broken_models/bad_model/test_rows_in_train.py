@@ -36,7 +36,7 @@ def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger, validate_data
 
     torch.manual_seed(seed)
-    data = digits(seed, n_train=300)
+    data = digits(seed, n_train=500)
     extra_x, extra_y = data.x_val[:150], data.y_val[:150]  # "more labelled images"
     data = data._replace(x_train=torch.cat([data.x_train, extra_x]), y_train=torch.cat([data.y_train, extra_y]))
     findings = validate_data(data.x_train, data.y_train, data.x_val, data.y_val)
@@ -60,7 +60,7 @@ def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger, validate_data
 
     torch.manual_seed(seed)
-    data = digits(seed, n_train=300)
+    data = digits(seed, n_train=500)
     findings = validate_data(data.x_train, data.y_train, data.x_val, data.y_val)
     model = mlp([64, 64, 10])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)

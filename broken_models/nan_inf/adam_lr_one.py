@@ -39,7 +39,7 @@ def train_broken(seed: int) -> Outcome:
     torch.manual_seed(seed)
     data = regression(seed)
     model = mlp([4] + [128] * 15 + [1])
-    for layer in model:
+    for layer in model[:-1]:  # the hidden layers, each followed by a ReLU
         if isinstance(layer, nn.Linear):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
@@ -63,7 +63,7 @@ def train_fixed(seed: int) -> Outcome:
     torch.manual_seed(seed)
     data = regression(seed)
     model = mlp([4] + [128] * 15 + [1])
-    for layer in model:
+    for layer in model[:-1]:  # the hidden layers, each followed by a ReLU
         if isinstance(layer, nn.Linear):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)

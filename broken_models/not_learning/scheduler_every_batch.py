@@ -38,7 +38,7 @@ def train_broken(seed: int) -> Outcome:
     torch.manual_seed(seed)
     data = digits(seed)
     model = mlp([64, 32, 10])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
@@ -60,7 +60,7 @@ def train_fixed(seed: int) -> Outcome:
     torch.manual_seed(seed)
     data = digits(seed)
     model = mlp([64, 32, 10])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:

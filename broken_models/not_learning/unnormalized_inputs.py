@@ -39,7 +39,7 @@ def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
     torch.manual_seed(seed)
-    data = blobs(seed, features=10, classes=4, spread=1.5)
+    data = blobs(seed, features=10, classes=4, spread=1.0)
     data = data._replace(x_train=data.x_train * 1000, x_val=data.x_val * 1000)  # mm, not m
     model = mlp([10, 32, 4])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -58,7 +58,7 @@ def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
     torch.manual_seed(seed)
-    data = blobs(seed, features=10, classes=4, spread=1.5)
+    data = blobs(seed, features=10, classes=4, spread=1.0)
     model = mlp([10, 32, 4])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     criterion = nn.CrossEntropyLoss()
