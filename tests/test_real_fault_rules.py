@@ -3,6 +3,8 @@ ops active at evaluation however applied, labels without signal from a training 
 class-order check that must not read a GAN's real/fake targets as sorted data."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,9 +29,12 @@ class Net(nn.Module):
         return self.fc2(h)
 
 
-def train(model, x, y, xv, yv, steps=60):
+def run(model, x, y, xv, yv, steps=60):
+    """Full-batch Adam under the debugger, validation loss recorded every 10 steps (eval mode):
+    the codes, the training losses and the validation losses."""
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     crit = nn.CrossEntropyLoss()
+    losses, vals = [], []
     with NetworkDebugger(model, opt, crit) as dbg:
         for step in range(steps):
             opt.zero_grad()
@@ -37,12 +42,19 @@ def train(model, x, y, xv, yv, steps=60):
             loss.backward()
             opt.step()
             dbg.record_loss(loss.detach())
+            losses.append(loss.item())
             if step % 10 == 9:
                 model.eval()
                 with torch.no_grad():
-                    dbg.record_val_loss(crit(model(xv), yv))
+                    vals.append(crit(model(xv), yv))
+                    dbg.record_val_loss(vals[-1])
                 model.train()
-    return {f.code for f in dbg.diagnose()}
+    return {f.code for f in dbg.diagnose()}, losses, [float(v) for v in vals]
+
+
+def train(model, x, y, xv, yv, steps=60):
+    """The codes only."""
+    return run(model, x, y, xv, yv, steps)[0]
 
 
 def blobs(seed, n=256):
@@ -70,7 +82,12 @@ def test_functional_dropout_at_eval_is_found(seed, functional):
 def test_functional_dropout_following_the_mode_is_healthy(seed):
     torch.manual_seed(seed)
     x, y, xv, yv = blobs(seed)
-    assert train(Net("self.training"), x, y, xv, yv) == set()
+    model = Net("self.training")
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(xv), model(xv))          # eval is repeatable
+    model.train()
+    assert train(model, x, y, xv, yv) == set()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -79,7 +96,10 @@ def test_labels_without_signal_found_from_validation_loss(seed):
     x, y, xv, yv = blobs(seed)
     y_bad = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(seed + 7))]
     model = nn.Sequential(nn.Linear(10, 256), nn.ReLU(), nn.Linear(256, 3))
-    codes = train(model, x, y_bad, xv, yv, steps=800)
+    codes, losses, vals = run(model, x, y_bad, xv, yv, steps=800)
+    chance = math.log(3)
+    # the symptom: the training labels are fitted, the validation loss never gets below chance
+    assert losses[-1] < 0.5 * losses[0] and min(vals) > 0.9 * chance
     assert "LABELS_SHUFFLED" in codes and "OVERFITTING" not in codes
 
 
@@ -88,7 +108,9 @@ def test_real_labels_are_not_called_shuffled(seed):
     torch.manual_seed(seed)
     x, y, xv, yv = blobs(seed)
     model = nn.Sequential(nn.Linear(10, 256), nn.ReLU(), nn.Linear(256, 3))
-    assert "LABELS_SHUFFLED" not in train(model, x, y, xv, yv, steps=300)
+    codes, _, vals = run(model, x, y, xv, yv, steps=300)
+    assert min(vals) < 0.5 * math.log(3)          # real labels: validation well below chance
+    assert codes == set()                          # no finding at all on the healthy run
 
 
 # -- class order: a GAN's constant real/fake targets are not data sorted by class ---------------
