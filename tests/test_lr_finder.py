@@ -140,6 +140,46 @@ def test_a_spike_before_half_the_fall_is_noise_not_an_edge():
             assert sugg == clean
 
 
+def _sigmoid_sweep(noise: float = 0.0, seed: int = 0) -> tuple[list[float], list[float]]:
+    """A sigmoid fall in log lr (fastest at 1e-2), plus batch scatter of `noise` (sd)."""
+    g = torch.Generator().manual_seed(seed)
+    lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
+    jitter = (noise * torch.randn(100, generator=g)).tolist()
+    return lrs, [0.2 + 1.8 / (1 + math.exp(3 * (math.log10(lr) + 2))) + e
+                 for lr, e in zip(lrs, jitter)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_lone_spike_within_the_batch_scatter_is_not_an_edge(seed):
+    """Recurrent networks' batch losses scatter widely mid-fall: one batch back above the
+    plateau there is scatter and leaves the suggestion alone; two in a row mark the edge.
+    (Same smoothed curve: only `raw` differs.)"""
+    lrs, raw = _sigmoid_sweep(noise=0.1, seed=seed)
+    smoothed = smooth(raw, 0.85)
+    clean = suggest_lr(lrs, smoothed, raw=raw)
+    i = next(i for i, v in enumerate(smoothed) if v < 1.0)  # over half the fall done
+    plateau = sorted(smoothed[10:20])[5]
+    one = list(raw)
+    one[i] = plateau + 0.05                     # within the scatter (sd 0.1) of the plateau
+    assert suggest_lr(lrs, smoothed, raw=one) == clean
+    two = list(one)
+    two[i + 1] = plateau + 0.05
+    assert suggest_lr(lrs, smoothed, raw=two) == pytest.approx(min(clean, lrs[i] / 3))
+
+
+def test_an_early_chance_dip_of_a_noisy_sweep_is_not_the_fall():
+    """On a noisy sweep the smoothed loss can dip well below the plateau by chance at rates
+    that change nothing; the fall that counts is the one into the minimum."""
+    lrs, loss = _sigmoid_sweep()
+    clean = suggest_lr(lrs, loss, raw=loss)
+    dipped = list(loss)
+    for i in range(28, 33):                     # lr ~ 5e-5..1e-4: far too small to learn
+        dipped[i] = 0.9                         # below half the real fall
+    sugg = suggest_lr(lrs, dipped, raw=dipped)
+    assert sugg == pytest.approx(clean)
+    assert 5e-3 < sugg < 3e-2
+
+
 def test_adam_and_a_data_loader():
     x, y = _data()
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)

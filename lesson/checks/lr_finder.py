@@ -82,30 +82,50 @@ def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
 
 SUGGESTION_RULE = "steepest descent before the edge of stability, capped at a third of the edge"
 
+SUSTAINED_SPIKE = 2
+"""A raw loss back above the plateau marks the edge when this many consecutive steps are: one
+batch above it can be batch-to-batch scatter (recurrent networks show it at rates that train
+well), two in a row is a rate that undid the fall..."""
+
+SPIKE_SCATTER = 10.0
+"""...or when one step alone overshoots the plateau by more than this many times (an order of
+magnitude) the raw loss's scatter about its local trend during the fall (the median absolute
+second difference, which a steady fall leaves at ~0): a jump no batch scatter explains. On
+the benchmark's sweeps the single spikes of healthy recurrent networks reach 4x at most."""
+
+FALL_BAND = 0.1
+"""The fall into the minimum starts where the smoothed loss last leaves the plateau's band of
+this share of the drop: on a noisy sweep the smoothed loss dips below the band by chance long
+before the real fall, and a rule reading the first dip measures noise."""
+
 
 def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
                raw: list[float] | None = None) -> float | None:
     """The suggestion rule, on the smoothed loss after the first `skip_start` points:
 
     1. plateau = median of the next 10 smoothed losses; drop = plateau - minimum;
-    2. edge of stability = the first of: the minimum of the smoothed loss, or the first step,
-       once half the drop is done, whose raw loss (`raw`; the smoothed one when not given)
-       is back above the plateau: one step undid the whole fall, so the rate is past the
-       edge even if the loss recovers later (Adam often does, and then keeps "improving");
-    3. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
-       from where 10% of the drop is done (skipping the noise of the flat start) up to the
-       edge;
-    4. suggestion = min(steepest, edge / 3).
+    2. the fall = from where the smoothed loss last leaves the plateau's band (FALL_BAND of
+       the drop) before the minimum, to the minimum;
+    3. edge of stability = the first of: the minimum of the smoothed loss, or the first step,
+       once half the drop is done within the fall, whose raw loss (`raw`; the smoothed one
+       when not given) is back above the plateau for SUSTAINED_SPIKE steps in a row, or
+       once by more than SPIKE_SCATTER times the fall's batch scatter: the rate undid
+       the whole fall, so it is past the edge even if the loss recovers later (Adam often
+       does, and then keeps "improving");
+    4. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
+       over the fall up to the edge;
+    5. suggestion = min(steepest, edge / 3).
 
     Why: torch-lr-finder's steepest point alone lands above the rates that train best when
     the sweep runs into the edge of stability and comes back (Adam), and the edge itself is
     too close to divergence to train at; a third of it is the margin the minimum-based rules
-    (fastai's lr_min = minimum / 10 is a wider one) keep. An earlier cap at 3x the rate where
-    the fall begins is gone: it put a wide SGD network 6x below its best rate, and on large
-    regression targets (what it was for) the edge and the steepest point already hold.
-    Checked against grid searches of 200-step trainings on the benchmark's tasks and on
-    held-out ones (`benchmarks/bench_lr_finder.py --held-out`). Returns None when the loss
-    never went down.
+    (fastai's lr_min = minimum / 10 is a wider one) keep. Steps 2 and 3 read the fall, not
+    the noise: recurrent networks (a single batch spiking above the plateau mid-fall) and
+    regressions with noisy batch losses (the smoothed loss dipping early by chance) put the
+    earlier version (first dip, any single spike) 5-5000x below the best rate. Checked
+    against grid searches of trainings of 50, 200 and 1000 steps on 20 tasks (MLP, CNN, GRU,
+    LSTM, regression; SGD, momentum, Adam: `benchmarks/bench_lr_finder.py --set all`).
+    Returns None when the loss never went down.
     """
     n = len(lrs)
     if len(smoothed) != n or (raw is not None and len(raw) != n):
@@ -123,19 +143,26 @@ def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
     drop = plateau - loss[i_min]
     if drop <= 0:
         return None
-
-    def first_below(fraction: float) -> int:
-        below = np.nonzero(loss[skip_start:i_min + 1] <= plateau - fraction * drop)[0]
-        return skip_start + int(below[0])
-
-    half = first_below(0.5)
-    back_up = np.nonzero(spikes[half:i_min] > plateau)[0]
-    edge = half + int(back_up[0]) if len(back_up) else i_min
-    lo = max(first_below(0.1) - 1, 0)
+    in_band = np.nonzero(loss[skip_start:i_min + 1] > plateau - FALL_BAND * drop)[0]
+    start = skip_start + int(in_band[-1]) + 1 if len(in_band) else skip_start
+    half = start + int(np.nonzero(loss[start:i_min + 1] <= plateau - 0.5 * drop)[0][0])
+    edge = next((i for i in range(half, i_min) if _past_edge(spikes, i, start, plateau)), i_min)
+    lo = max(start - 1, 0)
     hi = max(edge, lo + 2)
     slope = np.gradient(loss[lo:hi + 1], log_lr[lo:hi + 1])
     steepest = lrs[lo + int(np.argmin(slope))]
     return float(min(steepest, lrs[edge] / 3))
+
+
+def _past_edge(raw: np.ndarray, i: int, start: int, plateau: float) -> bool:
+    """Is step `i` past the edge of stability: its raw loss back above the plateau for
+    SUSTAINED_SPIKE steps, or once by more than the fall's batch scatter can explain?"""
+    if raw[i] <= plateau:
+        return False
+    if i + SUSTAINED_SPIKE <= len(raw) and bool(np.all(raw[i:i + SUSTAINED_SPIKE] > plateau)):
+        return True
+    scatter = np.abs(np.diff(raw[max(start - 1, 0):i], 2))
+    return len(scatter) > 0 and raw[i] - plateau > SPIKE_SCATTER * float(np.median(scatter))
 
 
 def _batches(x_data: Any, y_data: torch.Tensor | None,

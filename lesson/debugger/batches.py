@@ -219,6 +219,11 @@ class BatchInspector:
         take = per_sample.any() & (first_bad[0] < 0)
         self._first_bad = torch.where(take, record, first_bad)
 
+    @property
+    def target_batches(self) -> int:
+        """How many target batches were observed (for the class-order evidence)."""
+        return self._target_batches
+
     # -- on the hot path: targets ------------------------------------------------------------
     def observe_targets(self, y: Any, *, step: int | None = None) -> None:
         """Note one target batch for the class-order evidence (no host sync; a copy of the

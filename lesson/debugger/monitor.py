@@ -191,6 +191,10 @@ class NetworkDebugger(Engine):
         self._signature: tuple[int, ...] = ()
         self.loss_inspector = LossInputInspector()
         self.batch_inspector = BatchInspector()
+        #: targets of losses the debugger was not given (F.* calls, another loss module),
+        #: seen on statistics steps only: their class order is judged only when the watched
+        #: criterion is never called (see _observe_loss_inputs)
+        self._functional_targets = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
         self._register_hooks()
         if criterion is not None:
@@ -369,7 +373,7 @@ class NetworkDebugger(Engine):
     def _on_functional_loss(self, output: Any, target: Any, fn: Callable[..., Any]) -> None:
         if torch.is_grad_enabled() and isinstance(output, torch.Tensor) \
                 and output.requires_grad:
-            self._observe_loss_inputs(output, target, fn)
+            self._observe_loss_inputs(output, target, fn, functional=True)
 
     def _stack_hooks(self, name: str, hooked: bool) -> tuple[Callable[..., None],
                                                              Callable[..., None]]:
@@ -487,16 +491,24 @@ class NetworkDebugger(Engine):
             if id(leaf) not in known and leaf.requires_grad:
                 self._foreign.append((weakref.ref(leaf), tuple(leaf.shape)))
 
-    def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any) -> None:
+    def _observe_loss_inputs(self, output: Any, target: Any, criterion: Any,
+                             functional: bool = False) -> None:
         """What reaches the loss: on full statistics steps; the targets' class order on every
-        training step (cheap, and sorted data shows only across many batches)."""
+        training step (cheap, and sorted data shows only across many batches).
+
+        The order is the watched criterion's stream. A loss the debugger was not given
+        (`functional`: caught by the function mode on statistics steps only) goes to a stream
+        of its own, used only when the watched criterion is never called: a GAN's
+        discriminator losses (all-real, then all-fake targets by design) must not be read as
+        the generator's data arriving sorted by class."""
         seen = (id(output), id(target), self._step)
         if seen == self._last_loss_seen:     # the criterion's hook, then its F.* call
             return
         self._last_loss_seen = seen
         try:
-            if self.batch_inspector is not None and isinstance(target, torch.Tensor):
-                self.batch_inspector.observe_targets(target, step=self._step)
+            inspector = self._functional_targets if functional else self.batch_inspector
+            if inspector is not None and isinstance(target, torch.Tensor):
+                inspector.observe_targets(target, step=self._step)
             if self.loss_inspector is not None and self._collecting() \
                     and self._full(self._step):
                 self.loss_inspector.observe(output, target, criterion, step=self._step)
@@ -704,7 +716,9 @@ class NetworkDebugger(Engine):
         evidence = self.evidence()
         found = rules.evaluate(evidence, self.thresholds)
         step = self._step
-        for inspector in (self.loss_inspector, self.batch_inspector):
+        order_from = self._functional_targets if self.batch_inspector is not None \
+            and self.batch_inspector.target_batches == 0 else None
+        for inspector in (self.loss_inspector, self.batch_inspector, order_from):
             if inspector is not None:
                 try:
                     found.extend(inspector.findings(step))
