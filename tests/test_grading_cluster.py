@@ -61,7 +61,8 @@ def hand_in(root: Path, student: str, edits: dict[str, str] | None = None) -> No
 
 
 def cells(root: Path, student: str) -> dict[str, float]:
-    return {k: v[0] for k, v in gbk.cell_scores(gbk.db_url(root, None), student, ASSIGNMENT).items()}
+    scores = gbk.cell_scores(gbk.db_url(root, None), student, ASSIGNMENT)
+    return {test: score for test, (score, _) in scores.items()}
 
 
 def report_lines(run: subprocess.CompletedProcess, student: str) -> str:
@@ -185,8 +186,8 @@ def test_a_worker_killed_mid_grade_is_rescheduled_and_nothing_is_lost_or_graded_
     root = course(tmp_path)
     for student in ("model", "early"):
         hand_in(root, student)
-    slow = json.loads(SOLUTION.read_text())["cells"]
-    source = next("".join(c["source"]) for c in slow
+    solution = json.loads(SOLUTION.read_text())["cells"]
+    source = next("".join(c["source"]) for c in solution
                   if c["metadata"].get("nbgrader", {}).get("grade_id") == "numerical_gradient")
     hand_in(root, "sleeper", {"numerical_gradient": source + "\n\nimport time\ntime.sleep(15)\n"})
     with dask_cluster(tmp_path / "logs") as (address, pool), \
@@ -231,7 +232,8 @@ def test_a_worker_killed_mid_grade_is_rescheduled_and_nothing_is_lost_or_graded_
     assert len(rows) == len(set(rows)) == 3 * 3
     autograded = sorted(p.relative_to(root / "autograded").as_posix()
                         for p in (root / "autograded").rglob("*.ipynb"))
-    assert autograded == [f"{s}/{ASSIGNMENT}/{NOTEBOOK}.ipynb" for s in ("early", "model", "sleeper")]
+    assert autograded == [f"{s}/{ASSIGNMENT}/{NOTEBOOK}.ipynb"
+                          for s in ("early", "model", "sleeper")]
 
 
 # -- a scheduler and its workers on separate (virtual) hosts -------------------------------
