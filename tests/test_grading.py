@@ -214,29 +214,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _postgres_bin() -> Path | None:
+    """The folder of initdb/pg_ctl: on PATH, else where Debian's postgresql-NN puts them
+    (not on PATH on a fresh machine), newest version first."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                      key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    return versions[-1].parent if versions else None
+
+
 @pytest.fixture
 def postgres(tmp_path_factory):
     """A throwaway PostgreSQL server from the machine's binaries, run as `postgres` on
     127.0.0.1; yields its URL and stops it."""
-    if not shutil.which("initdb") or not shutil.which("runuser"):
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) or runuser not on this machine")
+    binaries = _postgres_bin()
+    if binaries is None or not shutil.which("runuser"):
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl: apt-get install postgresql-15) or "
+                    "runuser not on this machine")
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="nndebug-pg-", dir="/tmp"))
     shutil.chown(folder, "postgres")
     port = _free_port()
     pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(pg + ["initdb", "-D", str(folder / "data"), "-A", "trust", "-U", "postgres"],
+    subprocess.run(pg + [str(binaries / "initdb"), "-D", str(folder / "data"), "-A", "trust",
+                         "-U", "postgres"],
                    check=True, capture_output=True, cwd=folder)
-    subprocess.run(pg + ["pg_ctl", "-D", str(folder / "data"), "-w", "-l", str(folder / "log"),
+    subprocess.run(pg + [str(binaries / "pg_ctl"), "-D", str(folder / "data"), "-w",
+                         "-l", str(folder / "log"),
                          "-o", f"-h 127.0.0.1 -p {port} -k {folder}", "start"],
                    check=True, capture_output=True, cwd=folder)
     try:
-        subprocess.run(pg + ["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+        subprocess.run(pg + [str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port),
+                             "-U", "postgres",
                              "course"], check=True, capture_output=True, cwd=folder)
         yield f"postgresql://postgres@127.0.0.1:{port}/course"
     finally:
-        subprocess.run(pg + ["pg_ctl", "-D", str(folder / "data"), "-m", "fast", "stop"],
+        subprocess.run(pg + [str(binaries / "pg_ctl"), "-D", str(folder / "data"), "-m", "fast",
+                             "stop"],
                        capture_output=True, cwd=folder)
         shutil.rmtree(folder, ignore_errors=True)
 

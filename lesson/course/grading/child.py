@@ -68,9 +68,11 @@ def _install_guard(config: dict) -> None:
     def may_read(path: str) -> bool:
         if _inside(path, workdir) or any(_inside(path, p) for p in packages + metadata):
             return True
-        if any(_inside(path, d) for d in deny):
-            return False
-        return any(_inside(path, r) for r in readable) or path == "/dev/null"
+        allowed = [len(r) for r in readable if _inside(path, r)]
+        denied = [len(d) for d in deny if _inside(path, d)]
+        if denied:        # the more specific folder wins: a venv inside the course folder
+            return bool(allowed) and max(allowed) > max(denied)   # stays readable, the rest not
+        return bool(allowed) or path == "/dev/null"
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":

@@ -222,6 +222,9 @@ class Room:
             for key, state in reply.get("kwargs", {}).items():
                 _apply_state(kwargs[key], state)
             if not reply["ok"]:
+                if reply["error"]["type"] == "MemoryError":
+                    raise MemoryError(f"{name} ran out of memory (the sandbox's limit is "
+                                      f"{room.sandbox.limits.memory_mb} MB)")
                 raise _rebuild_error(reply["error"], name)
             return wire.decode(reply["result"])
 
@@ -290,6 +293,9 @@ class Room:
             elif offer["kind"] == "module":
                 self.ns[name] = _trusted_import(offer["module"])
         if not reply["ok"]:
+            if reply["error"]["type"] == "MemoryError":
+                reply["error"]["message"] = (f"cell {label} ran out of memory (the sandbox's "
+                                             f"limit is {self.sandbox.limits.memory_mb} MB)")
             outputs.append({"output_type": "error", "ename": reply["error"]["type"],
                             "evalue": reply["error"]["message"],
                             "traceback": [reply["error"]["traceback"]]})

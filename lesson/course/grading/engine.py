@@ -106,7 +106,7 @@ def grade_submission(job: dict) -> dict:
                 pp = _import(dotted)(config=config)
                 if dotted.endswith("CleanRoomExecute"):
                     pp.timeout, pp.memory_mb = job["timeout"], job["memory_mb"]
-                    pp.deny = job["deny"]
+                    pp.deny, pp.deny_cwd = job["deny"], False   # a worker's cwd is not the course
                 nb, resources = pp(nb, resources)   # honours `enabled`, as nbconvert does
         except Exception as exc:
             result["error"] = f"{name}.ipynb could not be graded ({type(exc).__name__}: {exc})"
@@ -115,18 +115,27 @@ def grade_submission(job: dict) -> dict:
         for label, reasons in tampering.items():
             result["tampering"] = True
             result["lines"].append(f"TAMPERING in {label}: " + "; ".join(reasons)[:300])
-        for cell in nb.cells:
+        for index, cell in enumerate(nb.cells):
+            label = (cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id")
+                     or f"cell {index}")
             for out in cell.get("outputs", []):
-                if out.get("output_type") == "error" and out.get("ename") in (
-                        "TimeoutError", "GraderError") or (out.get("ename") == "RuntimeError"
-                                                           and "sandbox" in out.get("evalue", "")):
-                    result["lines"].append(f"{cell.metadata.get('nbgrader', {}).get('grade_id')}:"
-                                           f" {out['evalue'][:200]}")
+                if _reportable(out):
+                    result["lines"].append(f"{label}: {out['evalue'][:200]}")
         result["graded"][name] = nb
     if job["write"]:
         gbk.record(job["url"], job["student"], job["assignment"], result["graded"], config)
     result["seconds"] = time.monotonic() - start
     return result
+
+
+def _reportable(out: dict) -> bool:
+    """An error output the instructor should see in the report: a limit hit (time, memory),
+    a sandbox that died, or the clean room itself failing."""
+    if out.get("output_type") != "error":
+        return False
+    name = out.get("ename")
+    return name in ("TimeoutError", "GraderError", "MemoryError") or (
+        name == "RuntimeError" and "sandbox" in out.get("evalue", ""))
 
 
 def _client(workers: int | None, scheduler: str | None):

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Float, Integer, List, Unicode
+from traitlets import Bool, Float, Integer, List, Unicode
 
 from .cleanroom import grade_notebook
 from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Limits
@@ -28,11 +28,13 @@ class CleanRoomExecute(NbGraderPreprocessor):
                         "(MB)").tag(config=True)
     deny = List(Unicode(), help="extra folders the sandbox may never read (the course "
                 "folder always)").tag(config=True)
+    deny_cwd = Bool(True, help="deny the current folder too: nbgrader runs in the course "
+                    "folder; a Dask worker runs anywhere and is given the course in `deny`")
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         info = resources.get("nbgrader", {})
         verdicts = grade_notebook(nb, Limits(timeout_s=self.timeout, memory_mb=self.memory_mb),
-                                  deny=[os.getcwd(), *self.deny])
+                                  deny=[os.getcwd()] * self.deny_cwd + list(self.deny))
         who = f"{info.get('student', '?')}/{info.get('assignment', '?')}/{info.get('notebook', '?')}"
         if verdicts.error:
             self.log.error("clean room failed for %s: %s", who, verdicts.error)

@@ -125,20 +125,29 @@ class Sandbox:
             try:
                 os.write(write_fd, frame(payload))
             except BrokenPipeError:
+                note = self._death_note()
                 self.kill()
-                raise SandboxDied(self._death_note())
+                raise SandboxDied(note)
         try:
             reply = read_frame(read_fd, deadline)
         except TimedOut:
             self.kill()
             raise
         except SandboxDied:
+            note = self._death_note()         # before kill(), which forgets the process
             self.kill()
-            raise SandboxDied(self._death_note())
+            raise SandboxDied(note)
         return wire.loads(reply)
 
     def _death_note(self) -> str:
-        code = self.proc.poll() if self.proc else None
+        """Why the child went away: its signal or exit status (its channel closes a moment
+        before it can be reaped, so wait a little for it)."""
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
         if code is None:
             return "the sandbox stopped answering"
         if code < 0:
