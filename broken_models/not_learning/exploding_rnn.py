@@ -59,10 +59,10 @@ def train_broken(seed: int) -> Outcome:
     data = sequences(seed, steps=30)
     model = SequenceClassifier(features=4, hidden=16, classes=2)
     nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=2.5)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for step in range(40):
+        for step in range(50):
             optimizer.zero_grad()
             loss = criterion(model(data.x_train), data.y_train)
             loss.backward()
@@ -78,10 +78,10 @@ def train_fixed(seed: int) -> Outcome:
     data = sequences(seed, steps=30)
     model = SequenceClassifier(features=4, hidden=16, classes=2)
     nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=1.0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for step in range(40):
+        for step in range(50):
             optimizer.zero_grad()
             loss = criterion(model(data.x_train), data.y_train)
             loss.backward()
