@@ -290,3 +290,93 @@ def test_compiled_model_trains_without_recompilation(give):
     assert dbg.errors == []
     assert sorted(dbg.history[-1]["params"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert dbg.history[-1]["params"]["0.weight"]["grad_norm"] > 0
+
+
+@pytest.mark.parametrize("at", [20, 25])          # a statistics step, and a plain one
+def test_compiling_after_attach_trains_without_recompilation(at):
+    """torch.compile(model) after the debugger is attached: dynamo traces whatever module
+    hooks are on the model at that step; the debugger notices the compiled forward (gradients
+    but no eager forward) and leaves the module hooks as they were traced."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt, warmup=3, every=10)
+    train(model, opt, dbg, at)
+    fast = torch.compile(model, backend="eager")
+    train(fast, opt, dbg, 2, start=at)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs == 1
+    train(fast, opt, dbg, 40, start=at + 2)        # statistics steps and plain ones
+    assert counters["stats"]["unique_graphs"] == graphs and not counters["recompiles"]
+    assert dbg.errors == []
+    last = dbg.history[-1]
+    assert last["step"] == 60 and last["params"]["0.weight"]["grad_norm"] > 0
+    dbg.remove_hooks()
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_ddp_after_attach_trains_and_is_watched(tmp_path):
+    """DistributedDataParallel wrapped around the model after attaching (one gloo process)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = tiny()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        dbg = NetworkDebugger(model, opt, warmup=3, every=10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            train(model, opt, dbg, 20)
+            ddp = DDP(model)
+            train(ddp, opt, dbg, 40, start=20)
+        assert dbg.errors == []
+        last = dbg.history[-1]
+        assert last["step"] == 50 and sorted(last["layers"]) == ["0", "1", "2"]
+        assert last["params"]["0.weight"]["grad_norm"] > 0
+        assert dbg.diagnose() == []
+    finally:
+        dist.destroy_process_group()
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        return out * self.temperature if hasattr(self, "temperature") else out
+
+
+def test_new_parameter_added_after_attach_is_watched():
+    torch.manual_seed(0)
+    model = Scaled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+
+    def add() -> None:
+        model.temperature = nn.Parameter(torch.ones(()))
+        opt.add_param_group({"params": [model.temperature]})
+    train(model, opt, dbg, 120, at={30: add})
+    assert dbg.errors == []
+    assert dbg.history[-1]["params"]["temperature"]["grad_norm"] > 0
+    assert dbg.diagnose() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_moving_the_model_to_another_dtype_keeps_training(dtype):
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # Adam's state is float32
+    dbg = NetworkDebugger(model, opt)
+    train(model, opt, dbg, 220, at={60: lambda: model.to(dtype), 140: lambda: model.to("cpu")})
+    assert dbg.errors == []
+    last = dbg.history[-1]
+    assert last["full"] and last["params"]["0.weight"]["update_ratio"] > 0
+    assert math.isfinite(last["layers"]["1"]["act_mean"])

@@ -111,7 +111,9 @@ class Engine:
         self._stack_step_hooks: list[tuple[nn.Module, tuple[Callable[..., None],
                                                             Callable[..., None]]]] = []
         self._removed = False
-        self._attached: list[RemovableHandle] = []
+        self._attached_modules: list[RemovableHandle] = []   # see _attach_step_hooks
+        self._attached_params: list[RemovableHandle] = []
+        self._pinned = False
         self._samples: dict[str, torch.Tensor] = {}
         self._explicit_optimizer = self.optimizer is not None
         self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
@@ -126,29 +128,42 @@ class Engine:
         else:
             self.criterion = _WatchedLoss(criterion, self)
 
-    def _attach_step_hooks(self, on: bool) -> None:
+    def _attach_step_hooks(self, on: bool, *, force: bool = False) -> None:
         """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
         step, detach them after it: between statistics steps the watched modules have no hook
         at all, so nn.Module takes its fast call path, and autograd calls no Python after
-        accumulating a gradient."""
-        if on and not self._attached and self.hooks:
+        accumulating a gradient.
+
+        Once the model is found running compiled inside the debugger's back (`_pinned`: wrapped
+        in torch.compile after attaching, see NetworkDebugger._advance), module hooks stay as
+        they are, attached or not: dynamo traced the model with them, and adding or removing
+        one would switch its graph. Only `force` (the watched set is rebuilt) changes them."""
+        modules_fixed = self._pinned and not force
+        if on and self.hooks:
+            if not self._attached_modules and not self._compiled and not modules_fixed:
+                # inside a compiled model a module hook would be traced (as a no-op, see
+                # _guarded), and coming and going it would switch dynamo's graphs: none there
+                handles = [m.register_forward_hook(self._guarded("forward", h))
+                           for m, h in self._step_hooks]
+                for m, (push, pop) in self._stack_step_hooks:
+                    handles.append(m.register_forward_pre_hook(push))   # modules running now
+                    handles.append(m.register_forward_hook(pop))
+                self._attached_modules = handles
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
-            # inside a compiled model a module hook would be traced (as a no-op, see
-            # _guarded), and coming and going it would switch dynamo's graphs: none there
-            self._attached = [] if self._compiled else [
-                m.register_forward_hook(self._guarded("forward", h)) for m, h in self._step_hooks]
-            for m, (push, pop) in ([] if self._compiled else self._stack_step_hooks):
-                self._attached.append(m.register_forward_pre_hook(push))   # modules running now
-                self._attached.append(m.register_forward_hook(pop))
-            if not by_step:
-                self._attached += [p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
-                                   for i, (p, _) in enumerate(self._param_step_hooks)
-                                   if p.requires_grad]
-        elif not on and self._attached:
-            for handle in self._attached:
-                handle.remove()
-            self._attached = []
+            if not self._attached_params and not by_step:
+                self._attached_params = [
+                    p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
+                    for i, (p, _) in enumerate(self._param_step_hooks) if p.requires_grad]
+        elif not on:
+            if self._attached_params:
+                for handle in self._attached_params:
+                    handle.remove()
+                self._attached_params = []
+            if self._attached_modules and not modules_fixed:
+                for handle in self._attached_modules:
+                    handle.remove()
+                self._attached_modules = []
 
     def _weak_param_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """The i-th post-accumulate-grad hook, holding the debugger weakly: torch keeps such

@@ -162,6 +162,7 @@ class NetworkDebugger(Engine):
         self._backward_since_forward = False
         self._backwards = 0
         self._forwards = 0
+        self._forwards_mark = 0                # _forwards at the end of the last step
         # train/eval mode: passes with gradients in eval mode, evaluation passes in train mode
         self._pass_counted = True
         self._pass_eval_modules: list[str] = []
@@ -247,7 +248,8 @@ class NetworkDebugger(Engine):
         trainable parameters (each with a gradient hook), its train/eval-dependent modules.
         Runs at attach time and whenever the user froze, unfroze, added or swapped something
         (checked at the root forward of statistics steps), so the debugger follows the model."""
-        self._attach_step_hooks(False)
+        pinned_on = self._pinned and bool(self._attached_modules)
+        self._attach_step_hooks(False, force=True)
         model = self.model
         self._signature = self._model_signature()
         self._step_hooks = []
@@ -282,7 +284,8 @@ class NetworkDebugger(Engine):
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
         self._eval_probe.mode_modules = [m for _, m in self._mode_modules]
-
+        if pinned_on:       # compiled with the module hooks in place: they stay (see _advance)
+            self._attach_step_hooks(True, force=True)
 
     def _is_stats_step(self) -> bool:
         s = self._step
@@ -574,10 +577,16 @@ class NetworkDebugger(Engine):
         self._exit_functional()
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
+        if self._forwards == self._forwards_mark and not self._compiled and not self._pinned \
+                and any(self._grad_this_step):
+            # gradients came, but the model's forward ran none of its hooks: it runs compiled
+            # (torch.compile after attaching, or the module given here and the wrapper
+            # trained). Module hooks now stay as dynamo traced them (see _attach_step_hooks).
+            self._pinned = True
+        self._forwards_mark = self._forwards
         self._step += 1
         if not self._scheduled(self._step):
-            if self._attached:
-                self._attach_step_hooks(False)
+            self._attach_step_hooks(False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
             if self._model_signature() != self._signature:
                 self._watch_model()
@@ -746,7 +755,7 @@ class NetworkDebugger(Engine):
             handle.remove()
         self.hooks.clear()
         self._param_handles = []
-        self._attach_step_hooks(False)
+        self._attach_step_hooks(False, force=True)
         self._exit_functional()
         self._removed = True
 
