@@ -209,6 +209,59 @@ def test_frozen_weights_moved_by_momentum_are_named():
     assert found["FROZEN_PARAMS_MOVE"].evidence["max_relative_move"] > 1e-4
 
 
+def freeze_by(how: str, steps: int = 120, freeze_at: int = 20) -> dict:
+    """Freeze the first layer at `freeze_at` in one of the ways practitioners do, under SGD
+    with momentum and weight decay; the codes found, and how far the layer moved after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    frozen = model[0].weight
+    for step in range(steps):
+        if step == freeze_at:
+            if how.startswith("requires_grad"):
+                model[0].requires_grad_(False)
+            kept = frozen.detach().clone()
+        if how == "requires_grad, hand-written zero_grad":
+            for p in model.parameters():          # zero-fills the frozen layer's old .grad
+                if p.grad is not None:
+                    p.grad.zero_()
+        else:
+            opt.zero_grad()
+        x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+        F.cross_entropy(model(x), y).backward()
+        if step >= freeze_at and how in ("grad = None", "grad.zero_()"):
+            for p in model[0].parameters():       # "freeze" by discarding the gradient
+                if how == "grad = None":
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        opt.step()
+        dbg.record_loss(1.0)
+    assert dbg.errors == []
+    return {"codes": {f.code: f for f in dbg.diagnose()},
+            "moved": float((frozen.detach() - kept).norm() / kept.norm())}
+
+
+@pytest.mark.parametrize("how", ["requires_grad", "grad = None"])
+def test_frozen_weights_whose_grad_is_none_stay_and_nothing_is_said(how):
+    run = freeze_by(how)
+    assert run["moved"] == 0.0 and "FROZEN_PARAMS_MOVE" not in run["codes"]
+
+
+@pytest.mark.parametrize("how", ["requires_grad, hand-written zero_grad", "grad.zero_()"])
+def test_frozen_weights_with_a_zero_filled_grad_move_and_are_named(how):
+    """Momentum and weight decay step a zero-filled .grad: the "frozen" layer drifts. Either
+    the frozen tensor keeps an old .grad that the loop zero-fills (no gradient arrives), or the
+    gradient arrives and is zero-filled after the backward (`p.grad.zero_()`)."""
+    run = freeze_by(how)
+    assert run["moved"] > 1e-3                               # the symptom itself
+    found = run["codes"]["FROZEN_PARAMS_MOVE"]
+    assert found.evidence["params"] == ["0.bias", "0.weight"]
+    assert found.evidence["max_relative_move"] > 1e-4
+
+
 def test_a_debugger_dropped_mid_step_is_freed_with_its_model_and_leaves_no_mode_behind():
     """Dropped between a statistics step's forward and its backward: the collector frees the
     debugger, the model and the optimizer (torch keeps post-accumulate-grad hooks where the

@@ -32,8 +32,8 @@ from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger.distributed import RankReducer, world_size
 from lesson.debugger.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
-                                   StepBuffer, identity_reduce, pooled_sample_std,
-                                   squared_norms)
+                                   StepBuffer, gradient_norm, identity_reduce,
+                                   pooled_sample_std, squared_norms)
 from lesson.production.alerts import TrainingAlert
 from lesson.production.sinks import SinkLogger, model_tensors
 
@@ -102,7 +102,9 @@ class Engine:
         self._buf = StepBuffer()
         self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
         self._loss_mark = 0                    # len(loss_history_raw) at the last record
-        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
+        #: full steps, before the optimizer step: names, tensors, their copies, grad norms^2
+        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor],
+                            list[torch.Tensor]] | None = None
         self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
         self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
@@ -256,15 +258,19 @@ class Engine:
         return self._unstepped | not_held | foreign
 
     def _measure_weights_before_step(self, held: set[int]) -> None:
-        """Full steps: weight norms, and a copy of each stepped tensor for its update ratio."""
+        """Full steps: weight norms, a copy of each stepped tensor for its update ratio, and
+        the squared norm of the gradient the step will see (zero if the loop zero-filled it
+        after the backward, `p.grad.zero_()`: a "frozen" tensor that the step still moves)."""
         try:
+            stepped = [p for _, p in self._params if id(p) in held and p.grad is not None]
             names = [n for n, p in self._params if id(p) in held and p.grad is not None]
-            tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
+            tensors = [p.detach() for p in stepped]
             if not tensors:
                 return
             for name, sq in zip(names, squared_norms(tensors)):
                 self._buf.set_sum(("weight", name), sq.reshape(1))
-            self._before = (names, tensors, self._copies(names, tensors))
+            grads = [gradient_norm(p.grad) for p in stepped]     # sparse ones too
+            self._before = (names, tensors, self._copies(names, tensors), grads)
         except Exception as exc:
             self._error("optimizer step", exc)
 
@@ -272,12 +278,14 @@ class Engine:
         """After the step: the squared norm of each update, from the copies taken before it."""
         if self._before is None:
             return
-        names, tensors, before = self._before
+        names, tensors, before, grads = self._before
         self._before = None
         try:
             torch._foreach_sub_(before, tensors)
-            for name, sq in zip(names, squared_norms(before)):
+            for name, sq, grad in zip(names, squared_norms(before), grads):
                 self._buf.set_sum(("update", name), sq.reshape(1))
+                # the update of a tensor whose gradient was all zero at the step (0 otherwise)
+                self._buf.set_sum(("zeroed", name), torch.where(grad == 0, sq, 0).reshape(1))
             if not self._keep_copies(tensors):
                 self._update_copies = {}
         except Exception as exc:
@@ -399,6 +407,9 @@ class Engine:
                 entry["update_norm"] = math.sqrt(u[0])
                 if weight_norm > 0:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
+            zeroed = sums.get(("zeroed", name))
+            if zeroed is not None and zeroed[0] > 0 and weight_norm > 0:
+                self._moved_with_zero_grad(name, math.sqrt(zeroed[0]) / weight_norm)
             params[name] = entry
         return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
                 "layers": layers, "params": params}
@@ -434,6 +445,10 @@ class Engine:
                 sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
                             if ("act_el", name) in sums else a["sample_std"] / calls))
         return record
+
+    def _moved_with_zero_grad(self, name: str, move: float) -> None:
+        """A tensor whose gradient was all zero at the optimizer step moved by `move` (relative
+        to its norm): provided by the debugger, which keeps that evidence."""
 
     def _current_lr(self) -> float | None:
         return lr_of(self.optimizer) if self.optimizer is not None else None

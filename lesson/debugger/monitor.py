@@ -572,6 +572,12 @@ class NetworkDebugger(Engine):
                 count, top = self._moved_without_grad.get(name, (0, 0.0))
                 self._moved_without_grad[name] = (count + 1, max(top, move))
 
+    def _moved_with_zero_grad(self, name: str, move: float) -> None:
+        """Full steps (see Engine._measure_updates): a gradient zero-filled after the backward
+        (`p.grad.zero_()` to "freeze" it) and a step that moved the tensor all the same."""
+        count, top = self._moved_without_grad.get(name, (0, 0.0))
+        self._moved_without_grad[name] = (count + 1, max(top, move))
+
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
         self._exit_functional()
