@@ -137,9 +137,9 @@ class Engine:
 
     def _attach_step_hooks(self, on: bool, *, force: bool = False) -> None:
         """Attach the measuring hooks (module outputs, fresh and accumulated gradients) for a
-        statistics step, detach them after it: between statistics steps the watched modules have no hook
-        at all, so nn.Module takes its fast call path, and autograd calls no Python after
-        accumulating a gradient.
+        statistics step, detach them after it: between statistics steps the watched modules
+        have no hook at all, so nn.Module takes its fast call path, and autograd calls no
+        Python for a gradient.
 
         Once the model is found running compiled inside the debugger's back (`_pinned`: wrapped
         in torch.compile after attaching, see NetworkDebugger._advance), module hooks stay as
