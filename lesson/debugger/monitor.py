@@ -558,7 +558,10 @@ class NetworkDebugger(Engine):
             if self._cleared_this_step:
                 self._cleared_steps.append(self._step)
         self._passes_in_step, self._cleared_this_step = 0, False
-        lr = lr_of(optimizer)
+        group_lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        on_device = isinstance(group_lr, torch.Tensor) and group_lr.device.type != "cpu"
+        # an lr tensor on an accelerator is read on statistics steps only: no host sync between
+        lr = lr_of(optimizer) if not on_device or self._is_stats_step() else None
         if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
             self._lrs.append((self._step, lr))
         self._opt_steps += 1
