@@ -198,7 +198,8 @@ def test_zero_grad_inside_accumulation_loop_is_named():
     assert accumulate(zero_inside=False) == {}
     found = accumulate(zero_inside=True)
     assert set(found) == {"ZERO_GRAD_IN_ACCUMULATION"}
-    assert found["ZERO_GRAD_IN_ACCUMULATION"].evidence["cleared_steps"] == 60
+    evidence = found["ZERO_GRAD_IN_ACCUMULATION"].evidence   # seen on statistics steps: all
+    assert evidence["cleared_steps"] == evidence["accumulating_steps"] >= 10
 
 
 def test_frozen_weights_moved_by_momentum_are_named():
@@ -207,6 +208,59 @@ def test_frozen_weights_moved_by_momentum_are_named():
     assert set(found) == {"FROZEN_PARAMS_MOVE"}
     assert found["FROZEN_PARAMS_MOVE"].evidence["params"] == ["0.bias", "0.weight"]
     assert found["FROZEN_PARAMS_MOVE"].evidence["max_relative_move"] > 1e-4
+
+
+def freeze_by(how: str, steps: int = 120, freeze_at: int = 20) -> dict:
+    """Freeze the first layer at `freeze_at` in one of the ways practitioners do, under SGD
+    with momentum and weight decay; the codes found, and how far the layer moved after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    frozen = model[0].weight
+    for step in range(steps):
+        if step == freeze_at:
+            if how.startswith("requires_grad"):
+                model[0].requires_grad_(False)
+            kept = frozen.detach().clone()
+        if how == "requires_grad, hand-written zero_grad":
+            for p in model.parameters():          # zero-fills the frozen layer's old .grad
+                if p.grad is not None:
+                    p.grad.zero_()
+        else:
+            opt.zero_grad()
+        x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+        F.cross_entropy(model(x), y).backward()
+        if step >= freeze_at and how in ("grad = None", "grad.zero_()"):
+            for p in model[0].parameters():       # "freeze" by discarding the gradient
+                if how == "grad = None":
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        opt.step()
+        dbg.record_loss(1.0)
+    assert dbg.errors == []
+    return {"codes": {f.code: f for f in dbg.diagnose()},
+            "moved": float((frozen.detach() - kept).norm() / kept.norm())}
+
+
+@pytest.mark.parametrize("how", ["requires_grad", "grad = None"])
+def test_frozen_weights_whose_grad_is_none_stay_and_nothing_is_said(how):
+    run = freeze_by(how)
+    assert run["moved"] == 0.0 and "FROZEN_PARAMS_MOVE" not in run["codes"]
+
+
+@pytest.mark.parametrize("how", ["requires_grad, hand-written zero_grad", "grad.zero_()"])
+def test_frozen_weights_with_a_zero_filled_grad_move_and_are_named(how):
+    """Momentum and weight decay step a zero-filled .grad: the "frozen" layer drifts. Either
+    the frozen tensor keeps an old .grad that the loop zero-fills (no gradient arrives), or the
+    gradient arrives and is zero-filled after the backward (`p.grad.zero_()`)."""
+    run = freeze_by(how)
+    assert run["moved"] > 1e-3                               # the symptom itself
+    found = run["codes"]["FROZEN_PARAMS_MOVE"]
+    assert found.evidence["params"] == ["0.bias", "0.weight"]
+    assert found.evidence["max_relative_move"] > 1e-4
 
 
 def test_a_debugger_dropped_mid_step_is_freed_with_its_model_and_leaves_no_mode_behind():
@@ -290,3 +344,93 @@ def test_compiled_model_trains_without_recompilation(give):
     assert dbg.errors == []
     assert sorted(dbg.history[-1]["params"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert dbg.history[-1]["params"]["0.weight"]["grad_norm"] > 0
+
+
+@pytest.mark.parametrize("at", [20, 25])          # a statistics step, and a plain one
+def test_compiling_after_attach_trains_without_recompilation(at):
+    """torch.compile(model) after the debugger is attached: dynamo traces whatever module
+    hooks are on the model at that step; the debugger notices the compiled forward (gradients
+    but no eager forward) and leaves the module hooks as they were traced."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt, warmup=3, every=10)
+    train(model, opt, dbg, at)
+    fast = torch.compile(model, backend="eager")
+    train(fast, opt, dbg, 2, start=at)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs == 1
+    train(fast, opt, dbg, 40, start=at + 2)        # statistics steps and plain ones
+    assert counters["stats"]["unique_graphs"] == graphs and not counters["recompiles"]
+    assert dbg.errors == []
+    last = dbg.history[-1]
+    assert last["step"] == 60 and last["params"]["0.weight"]["grad_norm"] > 0
+    dbg.remove_hooks()
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_ddp_after_attach_trains_and_is_watched(tmp_path):
+    """DistributedDataParallel wrapped around the model after attaching (one gloo process)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = tiny()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        dbg = NetworkDebugger(model, opt, warmup=3, every=10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            train(model, opt, dbg, 20)
+            ddp = DDP(model)
+            train(ddp, opt, dbg, 40, start=20)
+        assert dbg.errors == []
+        last = dbg.history[-1]
+        assert last["step"] == 50 and sorted(last["layers"]) == ["0", "1", "2"]
+        assert last["params"]["0.weight"]["grad_norm"] > 0
+        assert dbg.diagnose() == []
+    finally:
+        dist.destroy_process_group()
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        return out * self.temperature if hasattr(self, "temperature") else out
+
+
+def test_new_parameter_added_after_attach_is_watched():
+    torch.manual_seed(0)
+    model = Scaled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+
+    def add() -> None:
+        model.temperature = nn.Parameter(torch.ones(()))
+        opt.add_param_group({"params": [model.temperature]})
+    train(model, opt, dbg, 120, at={30: add})
+    assert dbg.errors == []
+    assert dbg.history[-1]["params"]["temperature"]["grad_norm"] > 0
+    assert dbg.diagnose() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_moving_the_model_to_another_dtype_keeps_training(dtype):
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # Adam's state is float32
+    dbg = NetworkDebugger(model, opt)
+    train(model, opt, dbg, 220, at={60: lambda: model.to(dtype), 140: lambda: model.to("cpu")})
+    assert dbg.errors == []
+    last = dbg.history[-1]
+    assert last["full"] and last["params"]["0.weight"]["update_ratio"] > 0
+    assert math.isfinite(last["layers"]["1"]["act_mean"])

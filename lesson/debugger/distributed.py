@@ -34,7 +34,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 #: Accumulator kinds that every rank holds identically under DDP: averaged, not summed.
-AVERAGED_KINDS = frozenset({"grad", "grad_full", "weight", "update", "stale", "losses"})
+AVERAGED_KINDS = frozenset({"grad", "grad_full", "weight", "update", "stale", "zeroed",
+                            "losses"})
 
 _HANDSHAKE = 4  # step, number of sums, number of maxima, layout checksum
 

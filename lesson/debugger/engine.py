@@ -4,9 +4,11 @@
 holds what it takes to do that without slowing the user's training:
 
 * **hooks that come and go**: the model's persistent hooks are few (the root module's forward,
-  one gradient hook per parameter, the optimizer's step hooks); the measuring hooks on every
-  watched module and accumulated gradient are attached for a statistics step and removed after
-  it, so between statistics steps `nn.Module` takes its fast path;
+  the optimizer's step hooks); the measuring hooks on every watched module, and both gradient
+  hooks of every parameter (before and after accumulation), are attached for a statistics step
+  and removed after it, so between statistics steps `nn.Module` takes its fast path and
+  autograd calls no Python (without an optimizer the before-accumulation hooks stay: a
+  backward is what ends a step then);
 * **one buffer per step**: every statistic of a step is a reducible accumulator in one
   `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
   then decoded into a plain-Python record;
@@ -32,8 +34,8 @@ from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger.distributed import RankReducer, world_size
 from lesson.debugger.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
-                                   StepBuffer, identity_reduce, pooled_sample_std,
-                                   squared_norms)
+                                   StepBuffer, gradient_norm, identity_reduce,
+                                   pooled_sample_std, squared_norms)
 from lesson.production.alerts import TrainingAlert
 from lesson.production.sinks import SinkLogger, model_tensors
 
@@ -102,7 +104,9 @@ class Engine:
         self._buf = StepBuffer()
         self._loss_pending: list[int] = []     # indices of loss_history_raw still on device
         self._loss_mark = 0                    # len(loss_history_raw) at the last record
-        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor]] | None = None
+        #: full steps, before the optimizer step: names, tensors, their copies, grad norms^2
+        self._before: tuple[list[str], list[torch.Tensor], list[torch.Tensor],
+                            list[torch.Tensor]] | None = None
         self._update_copies: dict[str, torch.Tensor] = {}   # see _keep_copies
         self._weight_norms: dict[str, float] = {}   # last measured, per parameter
         #: (module or parameter, hook): attached on statistics steps only (_attach_step_hooks)
@@ -111,7 +115,12 @@ class Engine:
         self._stack_step_hooks: list[tuple[nn.Module, tuple[Callable[..., None],
                                                             Callable[..., None]]]] = []
         self._removed = False
-        self._attached: list[RemovableHandle] = []
+        self._attached_modules: list[RemovableHandle] = []   # see _attach_step_hooks
+        self._attached_params: list[RemovableHandle] = []
+        self._attached_fresh: list[RemovableHandle] = []
+        #: (parameter, hook run before its gradient is accumulated): statistics steps only
+        self._fresh_step_hooks: list[tuple[nn.Parameter, Callable[..., None]]] = []
+        self._pinned = False
         self._samples: dict[str, torch.Tensor] = {}
         self._explicit_optimizer = self.optimizer is not None
         self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
@@ -126,29 +135,49 @@ class Engine:
         else:
             self.criterion = _WatchedLoss(criterion, self)
 
-    def _attach_step_hooks(self, on: bool) -> None:
-        """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
-        step, detach them after it: between statistics steps the watched modules have no hook
-        at all, so nn.Module takes its fast call path, and autograd calls no Python after
-        accumulating a gradient."""
-        if on and not self._attached and self.hooks:
+    def _attach_step_hooks(self, on: bool, *, force: bool = False) -> None:
+        """Attach the measuring hooks (module outputs, fresh and accumulated gradients) for a
+        statistics step, detach them after it: between statistics steps the watched modules
+        have no hook at all, so nn.Module takes its fast call path, and autograd calls no
+        Python for a gradient.
+
+        Once the model is found running compiled inside the debugger's back (`_pinned`: wrapped
+        in torch.compile after attaching, see NetworkDebugger._advance), module hooks stay as
+        they are, attached or not: dynamo traced the model with them, and adding or removing
+        one would switch its graph. Only `force` (the watched set is rebuilt) changes them."""
+        modules_fixed = self._pinned and not force
+        if on and self.hooks:
+            if not self._attached_modules and not self._compiled and not modules_fixed:
+                # inside a compiled model a module hook would be traced (as a no-op, see
+                # _guarded), and coming and going it would switch dynamo's graphs: none there
+                handles = [m.register_forward_hook(self._guarded("forward", h))
+                           for m, h in self._step_hooks]
+                for m, (push, pop) in self._stack_step_hooks:
+                    handles.append(m.register_forward_pre_hook(push))   # modules running now
+                    handles.append(m.register_forward_hook(pop))
+                self._attached_modules = handles
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
-            # inside a compiled model a module hook would be traced (as a no-op, see
-            # _guarded), and coming and going it would switch dynamo's graphs: none there
-            self._attached = [] if self._compiled else [
-                m.register_forward_hook(self._guarded("forward", h)) for m, h in self._step_hooks]
-            for m, (push, pop) in ([] if self._compiled else self._stack_step_hooks):
-                self._attached.append(m.register_forward_pre_hook(push))   # modules running now
-                self._attached.append(m.register_forward_hook(pop))
-            if not by_step:
-                self._attached += [p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
-                                   for i, (p, _) in enumerate(self._param_step_hooks)
-                                   if p.requires_grad]
-        elif not on and self._attached:
-            for handle in self._attached:
-                handle.remove()
-            self._attached = []
+            if not self._attached_fresh and not self._param_handles:   # (none: persistent)
+                self._attached_fresh = [p.register_hook(h) for p, h in self._fresh_step_hooks
+                                        if p.requires_grad]
+            if not self._attached_params and not by_step:
+                self._attached_params = [
+                    p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
+                    for i, (p, _) in enumerate(self._param_step_hooks) if p.requires_grad]
+        elif not on:
+            if self._attached_fresh:
+                for handle in self._attached_fresh:
+                    handle.remove()
+                self._attached_fresh = []
+            if self._attached_params:
+                for handle in self._attached_params:
+                    handle.remove()
+                self._attached_params = []
+            if self._attached_modules and not modules_fixed:
+                for handle in self._attached_modules:
+                    handle.remove()
+                self._attached_modules = []
 
     def _weak_param_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """The i-th post-accumulate-grad hook, holding the debugger weakly: torch keeps such
@@ -220,7 +249,7 @@ class Engine:
                 return
             self._seen_optimizers.add(optimizer)
             if self.optimizer is None:
-                self.optimizer = optimizer
+                self._adopt_optimizer(optimizer)
         if optimizer is self.optimizer and not self._explicit_optimizer:
             self._on_step_pre(optimizer, args, kwargs)
 
@@ -241,15 +270,19 @@ class Engine:
         return self._unstepped | not_held | foreign
 
     def _measure_weights_before_step(self, held: set[int]) -> None:
-        """Full steps: weight norms, and a copy of each stepped tensor for its update ratio."""
+        """Full steps: weight norms, a copy of each stepped tensor for its update ratio, and
+        the squared norm of the gradient the step will see (zero if the loop zero-filled it
+        after the backward, `p.grad.zero_()`: a "frozen" tensor that the step still moves)."""
         try:
+            stepped = [p for _, p in self._params if id(p) in held and p.grad is not None]
             names = [n for n, p in self._params if id(p) in held and p.grad is not None]
-            tensors = [p.detach() for n, p in self._params if id(p) in held and p.grad is not None]
+            tensors = [p.detach() for p in stepped]
             if not tensors:
                 return
             for name, sq in zip(names, squared_norms(tensors)):
                 self._buf.set_sum(("weight", name), sq.reshape(1))
-            self._before = (names, tensors, self._copies(names, tensors))
+            grads = [gradient_norm(p.grad) for p in stepped]     # sparse ones too
+            self._before = (names, tensors, self._copies(names, tensors), grads)
         except Exception as exc:
             self._error("optimizer step", exc)
 
@@ -257,12 +290,14 @@ class Engine:
         """After the step: the squared norm of each update, from the copies taken before it."""
         if self._before is None:
             return
-        names, tensors, before = self._before
+        names, tensors, before, grads = self._before
         self._before = None
         try:
             torch._foreach_sub_(before, tensors)
-            for name, sq in zip(names, squared_norms(before)):
+            for name, sq, grad in zip(names, squared_norms(before), grads):
                 self._buf.set_sum(("update", name), sq.reshape(1))
+                # the update of a tensor whose gradient was all zero at the step (0 otherwise)
+                self._buf.set_sum(("zeroed", name), torch.where(grad == 0, sq, 0).reshape(1))
             if not self._keep_copies(tensors):
                 self._update_copies = {}
         except Exception as exc:
@@ -384,6 +419,9 @@ class Engine:
                 entry["update_norm"] = math.sqrt(u[0])
                 if weight_norm > 0:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
+            zeroed = sums.get(("zeroed", name))
+            if zeroed is not None and zeroed[0] > 0 and weight_norm > 0:
+                self._moved_with_zero_grad(name, math.sqrt(zeroed[0]) / weight_norm)
             params[name] = entry
         return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
                 "layers": layers, "params": params}
@@ -419,6 +457,14 @@ class Engine:
                 sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
                             if ("act_el", name) in sums else a["sample_std"] / calls))
         return record
+
+    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Use `optimizer` (found stepping the model's parameters) as the debugger's."""
+        self.optimizer = optimizer
+
+    def _moved_with_zero_grad(self, name: str, move: float) -> None:
+        """A tensor whose gradient was all zero at the optimizer step moved by `move` (relative
+        to its norm): provided by the debugger, which keeps that evidence."""
 
     def _current_lr(self) -> float | None:
         return lr_of(self.optimizer) if self.optimizer is not None else None

@@ -160,8 +160,11 @@ class NetworkDebugger(Engine):
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
         self._backward_since_forward = False
+        self._last_pass_watched = False         # were the fresh-gradient hooks on for it?
+        self._all_got_grad = False              # has every watched parameter had a gradient?
         self._backwards = 0
         self._forwards = 0
+        self._forwards_mark = 0                # _forwards at the end of the last step
         # train/eval mode: passes with gradients in eval mode, evaluation passes in train mode
         self._pass_counted = True
         self._pass_eval_modules: list[str] = []
@@ -251,7 +254,8 @@ class NetworkDebugger(Engine):
         trainable parameters (each with a gradient hook), its train/eval-dependent modules.
         Runs at attach time and whenever the user froze, unfroze, added or swapped something
         (checked at the root forward of statistics steps), so the debugger follows the model."""
-        self._attach_step_hooks(False)
+        pinned_on = self._pinned and bool(self._attached_modules)
+        self._attach_step_hooks(False, force=True)
         model = self.model
         self._signature = self._model_signature()
         self._step_hooks = []
@@ -280,13 +284,20 @@ class NetworkDebugger(Engine):
         self._got_grad = [s[0] for s in state]
         self._grad_this_step = [s[1] for s in state]
         self._last_bw_gen = [s[2] for s in state]
-        self._param_handles = [p.register_hook(self._guarded(n, self._fresh_grad_hook(i)))
-                               for i, (n, p) in enumerate(self._params)]
+        # the fresh-gradient hooks run on statistics steps only (see _attach_step_hooks): the
+        # bookkeeping bugs they catch persist, and between statistics steps autograd then calls
+        # no Python at all. Without an optimizer they stay: a backward is what ends a step.
+        self._fresh_step_hooks = [(p, self._guarded(n, self._fresh_grad_hook(i)))
+                                  for i, (n, p) in enumerate(self._params)]
+        self._param_handles = ([p.register_hook(h) for p, h in self._fresh_step_hooks]
+                               if self.optimizer is None else [])
+        self._all_got_grad = all(self._got_grad)
         self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
         self._eval_probe.mode_modules = [m for _, m in self._mode_modules]
-
+        if pinned_on:       # compiled with the module hooks in place: they stay (see _advance)
+            self._attach_step_hooks(True, force=True)
 
     def _is_stats_step(self) -> bool:
         s = self._step
@@ -448,13 +459,15 @@ class NetworkDebugger(Engine):
         if self._collecting():
             self._enter_functional()
         # a pass with gradients but no backward before this one: an evaluation pass?
-        if self._last_pass_grad and not self._backward_since_forward \
-                and self._last_pass_train_modules:
+        # (a backward is seen where the fresh-gradient hooks are on: statistics steps)
+        if self._last_pass_grad and self._last_pass_watched \
+                and not self._backward_since_forward and self._last_pass_train_modules:
             self._nobackward_streak += 1
             if self._nobackward_streak >= 3:
                 self.train_mode_eval.add(self._last_pass_train_modules, self._step)
-        elif self._backward_since_forward:
+        elif self._backward_since_forward or not self._last_pass_watched:
             self._nobackward_streak = 0
+        self._last_pass_watched = bool(self._attached_fresh or self._param_handles)
         self._backward_since_forward = False
         train_names = [n for n, m in self._mode_modules if m.training]
         eval_names = [n for n, m in self._mode_modules if not m.training]
@@ -519,6 +532,12 @@ class NetworkDebugger(Engine):
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._exit_functional()
+        if not self._all_got_grad:      # a gradient that came between statistics steps counts
+            got = self._got_grad
+            for i, (_, p) in enumerate(self._params):
+                if not got[i] and p.grad is not None:
+                    got[i] = True
+            self._all_got_grad = all(got)
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
             return
         self._copy_params_without_grad(optimizer)
@@ -551,7 +570,10 @@ class NetworkDebugger(Engine):
             if self._cleared_this_step:
                 self._cleared_steps.append(self._step)
         self._passes_in_step, self._cleared_this_step = 0, False
-        lr = lr_of(optimizer)
+        group_lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        on_device = isinstance(group_lr, torch.Tensor) and group_lr.device.type != "cpu"
+        # an lr tensor on an accelerator is read on statistics steps only: no host sync between
+        lr = lr_of(optimizer) if not on_device or self._is_stats_step() else None
         if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
             self._lrs.append((self._step, lr))
         self._opt_steps += 1
@@ -581,15 +603,35 @@ class NetworkDebugger(Engine):
                 count, top = self._moved_without_grad.get(name, (0, 0.0))
                 self._moved_without_grad[name] = (count + 1, max(top, move))
 
+    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer found stepping the model: from now on the optimizer step ends a step,
+        so the fresh-gradient hooks need only run on statistics steps."""
+        self.optimizer = optimizer
+        for handle in self._param_handles:
+            handle.remove()
+        self._param_handles = []
+
+    def _moved_with_zero_grad(self, name: str, move: float) -> None:
+        """Full steps (see Engine._measure_updates): a gradient zero-filled after the backward
+        (`p.grad.zero_()` to "freeze" it) and a step that moved the tensor all the same."""
+        count, top = self._moved_without_grad.get(name, (0, 0.0))
+        self._moved_without_grad[name] = (count + 1, max(top, move))
+
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
         self._exit_functional()
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
+        if self._forwards == self._forwards_mark and not self._compiled and not self._pinned \
+                and any(self._grad_this_step):
+            # gradients came, but the model's forward ran none of its hooks: it runs compiled
+            # (torch.compile after attaching, or the module given here and the wrapper
+            # trained). Module hooks now stay as dynamo traced them (see _attach_step_hooks).
+            self._pinned = True
+        self._forwards_mark = self._forwards
         self._step += 1
         if not self._scheduled(self._step):
-            if self._attached:
-                self._attach_step_hooks(False)
+            self._attach_step_hooks(False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
             if self._model_signature() != self._signature:
                 self._watch_model()
@@ -760,7 +802,7 @@ class NetworkDebugger(Engine):
             handle.remove()
         self.hooks.clear()
         self._param_handles = []
-        self._attach_step_hooks(False)
+        self._attach_step_hooks(False, force=True)
         self._exit_functional()
         self._removed = True
 
