@@ -4,7 +4,9 @@
 that works only there teaches luck. Here each case trains, broken and fixed, on
 `broken_models.seeds.UNSEEN_SEEDS`: the broken script shows its symptom, is diagnosed with
 nothing unexplained and misses the target; the fixed one is healthy. One test per case, so
-xdist spreads the cases (`-n 2`); the fast tests check what the sweep judges by.
+xdist spreads the cases (`-n 2`); the fast tests check what the sweep judges by. The sweep
+trains 1640 scripts (about 8 minutes on two cores), so it is marked `seeds`: `make test-seeds`
+runs it, `make test` leaves it out, and CI (`.ci/run`) runs both.
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ def test_problems_refuses_an_unknown_kind_and_a_bad_seed():
 
 
 @pytest.mark.slow
+@pytest.mark.seeds
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_the_case_holds_on_every_unseen_seed(name):
     case = CATALOGUE[name]
