@@ -83,15 +83,16 @@ def regression(seed: int, n_train: int = 256, n_val: int = 256, features: int = 
 
 
 def sequences(seed: int, n_train: int = 256, n_val: int = 256, steps: int = 50,
-              features: int = 4, classes: int = 2) -> Split:
+              features: int = 4, classes: int = 2, radius: float | None = None) -> Split:
     """Sequences (batch, time, features) of noisy readings around a class-specific level:
-    any time step carries some of the label, so short memory is enough. The levels sit at
-    distance 2 from their common centre, in random directions, so no seed draws two classes
-    on top of each other."""
+    any time step carries some of the label, so short memory is enough. Given `radius`, the
+    levels sit at that distance from their common centre, in random directions, so no seed
+    draws two classes on top of each other."""
     g = torch.Generator().manual_seed(seed)
     levels = torch.randn(classes, features, generator=g)
-    levels = levels - levels.mean(dim=0)
-    levels = 2.0 * levels / levels.norm(dim=1, keepdim=True)
+    if radius is not None:
+        levels = levels - levels.mean(dim=0)
+        levels = radius * levels / levels.norm(dim=1, keepdim=True)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         y = torch.randint(0, classes, (n,), generator=g)

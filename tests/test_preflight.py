@@ -223,7 +223,7 @@ def test_command_line_runs_a_users_factory(tmp_path, capsys):
 STOPS = {
     "lr_too_high": "training", "lr_too_low": "training", "dead_relu": "overfit",
     "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "overfit",
-    "exploding_rnn": "forward", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
+    "exploding_rnn": "overfit", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
     "zero_init": "overfit", "unnormalized_inputs": "forward", "linear_model_on_xor": "overfit",
     "log_of_zero": "training", "softmax_overflow": "training", "batchnorm_without_eps": "overfit",
     "nan_rows": "forward", "adam_lr_one": "training", "labels_shuffled": "data",

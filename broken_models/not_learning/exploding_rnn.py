@@ -56,7 +56,7 @@ def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
     torch.manual_seed(seed)
-    data = sequences(seed, steps=30)
+    data = sequences(seed, steps=30, radius=2.0)
     model = SequenceClassifier(features=4, hidden=16, classes=2)
     nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=2.5)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
@@ -75,7 +75,7 @@ def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
     torch.manual_seed(seed)
-    data = sequences(seed, steps=30)
+    data = sequences(seed, steps=30, radius=2.0)
     model = SequenceClassifier(features=4, hidden=16, classes=2)
     nn.init.orthogonal_(model.rnn.weight_hh_l0, gain=1.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
