@@ -4,11 +4,9 @@
 holds what it takes to do that without slowing the user's training:
 
 * **hooks that come and go**: the model's persistent hooks are few (the root module's forward,
-  the optimizer's step hooks); the measuring hooks on every watched module, and both gradient
-  hooks of every parameter (before and after accumulation), are attached for a statistics step
-  and removed after it, so between statistics steps `nn.Module` takes its fast path and
-  autograd calls no Python (without an optimizer the before-accumulation hooks stay: a
-  backward is what ends a step then);
+  one gradient hook per parameter, the optimizer's step hooks); the measuring hooks on every
+  watched module and accumulated gradient are attached for a statistics step and removed after
+  it, so between statistics steps `nn.Module` takes its fast path;
 * **one buffer per step**: every statistic of a step is a reducible accumulator in one
   `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
   then decoded into a plain-Python record;
@@ -117,9 +115,6 @@ class Engine:
         self._removed = False
         self._attached_modules: list[RemovableHandle] = []   # see _attach_step_hooks
         self._attached_params: list[RemovableHandle] = []
-        self._attached_fresh: list[RemovableHandle] = []
-        #: (parameter, hook run before its gradient is accumulated): statistics steps only
-        self._fresh_step_hooks: list[tuple[nn.Parameter, Callable[..., None]]] = []
         self._pinned = False
         self._samples: dict[str, torch.Tensor] = {}
         self._explicit_optimizer = self.optimizer is not None
@@ -136,10 +131,10 @@ class Engine:
             self.criterion = _WatchedLoss(criterion, self)
 
     def _attach_step_hooks(self, on: bool, *, force: bool = False) -> None:
-        """Attach the measuring hooks (module outputs, fresh and accumulated gradients) for a
-        statistics step, detach them after it: between statistics steps the watched modules
-        have no hook at all, so nn.Module takes its fast call path, and autograd calls no
-        Python for a gradient.
+        """Attach the measuring hooks (module outputs, accumulated gradients) for a statistics
+        step, detach them after it: between statistics steps the watched modules have no hook
+        at all, so nn.Module takes its fast call path, and autograd calls no Python after
+        accumulating a gradient.
 
         Once the model is found running compiled inside the debugger's back (`_pinned`: wrapped
         in torch.compile after attaching, see NetworkDebugger._advance), module hooks stay as
@@ -158,18 +153,11 @@ class Engine:
                 self._attached_modules = handles
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
-            if not self._attached_fresh and not self._param_handles:   # (none: persistent)
-                self._attached_fresh = [p.register_hook(h) for p, h in self._fresh_step_hooks
-                                        if p.requires_grad]
             if not self._attached_params and not by_step:
                 self._attached_params = [
                     p.register_post_accumulate_grad_hook(self._weak_param_hook(i))
                     for i, (p, _) in enumerate(self._param_step_hooks) if p.requires_grad]
         elif not on:
-            if self._attached_fresh:
-                for handle in self._attached_fresh:
-                    handle.remove()
-                self._attached_fresh = []
             if self._attached_params:
                 for handle in self._attached_params:
                     handle.remove()
@@ -249,7 +237,7 @@ class Engine:
                 return
             self._seen_optimizers.add(optimizer)
             if self.optimizer is None:
-                self._adopt_optimizer(optimizer)
+                self.optimizer = optimizer
         if optimizer is self.optimizer and not self._explicit_optimizer:
             self._on_step_pre(optimizer, args, kwargs)
 
@@ -457,10 +445,6 @@ class Engine:
                 sample_std=(pooled_sample_std(sums[("act_el", name)].tolist(), samples)
                             if ("act_el", name) in sums else a["sample_std"] / calls))
         return record
-
-    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Use `optimizer` (found stepping the model's parameters) as the debugger's."""
-        self.optimizer = optimizer
 
     def _moved_with_zero_grad(self, name: str, move: float) -> None:
         """A tensor whose gradient was all zero at the optimizer step moved by `move` (relative

@@ -160,8 +160,6 @@ class NetworkDebugger(Engine):
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
         self._backward_since_forward = False
-        self._last_pass_watched = False         # were the fresh-gradient hooks on for it?
-        self._all_got_grad = False              # has every watched parameter had a gradient?
         self._backwards = 0
         self._forwards = 0
         self._forwards_mark = 0                # _forwards at the end of the last step
@@ -284,14 +282,8 @@ class NetworkDebugger(Engine):
         self._got_grad = [s[0] for s in state]
         self._grad_this_step = [s[1] for s in state]
         self._last_bw_gen = [s[2] for s in state]
-        # the fresh-gradient hooks run on statistics steps only (see _attach_step_hooks): the
-        # bookkeeping bugs they catch persist, and between statistics steps autograd then calls
-        # no Python at all. Without an optimizer they stay: a backward is what ends a step.
-        self._fresh_step_hooks = [(p, self._guarded(n, self._fresh_grad_hook(i)))
-                                  for i, (n, p) in enumerate(self._params)]
-        self._param_handles = ([p.register_hook(h) for p, h in self._fresh_step_hooks]
-                               if self.optimizer is None else [])
-        self._all_got_grad = all(self._got_grad)
+        self._param_handles = [p.register_hook(self._guarded(n, self._fresh_grad_hook(i)))
+                               for i, (n, p) in enumerate(self._params)]
         self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
@@ -459,15 +451,13 @@ class NetworkDebugger(Engine):
         if self._collecting():
             self._enter_functional()
         # a pass with gradients but no backward before this one: an evaluation pass?
-        # (a backward is seen where the fresh-gradient hooks are on: statistics steps)
-        if self._last_pass_grad and self._last_pass_watched \
-                and not self._backward_since_forward and self._last_pass_train_modules:
+        if self._last_pass_grad and not self._backward_since_forward \
+                and self._last_pass_train_modules:
             self._nobackward_streak += 1
             if self._nobackward_streak >= 3:
                 self.train_mode_eval.add(self._last_pass_train_modules, self._step)
-        elif self._backward_since_forward or not self._last_pass_watched:
+        elif self._backward_since_forward:
             self._nobackward_streak = 0
-        self._last_pass_watched = bool(self._attached_fresh or self._param_handles)
         self._backward_since_forward = False
         train_names = [n for n, m in self._mode_modules if m.training]
         eval_names = [n for n, m in self._mode_modules if not m.training]
@@ -532,12 +522,6 @@ class NetworkDebugger(Engine):
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._exit_functional()
-        if not self._all_got_grad:      # a gradient that came between statistics steps counts
-            got = self._got_grad
-            for i, (_, p) in enumerate(self._params):
-                if not got[i] and p.grad is not None:
-                    got[i] = True
-            self._all_got_grad = all(got)
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
             return
         self._copy_params_without_grad(optimizer)
@@ -602,14 +586,6 @@ class NetworkDebugger(Engine):
                 name = names.get(id(p), f"tensor {list(p.shape)}")
                 count, top = self._moved_without_grad.get(name, (0, 0.0))
                 self._moved_without_grad[name] = (count + 1, max(top, move))
-
-    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """An optimizer found stepping the model: from now on the optimizer step ends a step,
-        so the fresh-gradient hooks need only run on statistics steps."""
-        self.optimizer = optimizer
-        for handle in self._param_handles:
-            handle.remove()
-        self._param_handles = []
 
     def _moved_with_zero_grad(self, name: str, move: float) -> None:
         """Full steps (see Engine._measure_updates): a gradient zero-filled after the backward
