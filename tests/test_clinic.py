@@ -97,7 +97,7 @@ def test_clinic_rejects_unknown_cases_and_families(capsys):
     assert main(["clinic", "--family", "no_such_family", "--no-report"]) == 2
     assert main(["clinic", "--case", "lr_too_high", "--family", "backward", "--no-report"]) == 2
     err = capsys.readouterr().err
-    assert "no case named" in err and "no family named" in err and "no case matches" in err
+    assert "no clinic case" in err and "no family named" in err and "no case matches" in err
 
 
 def test_makefile_runs_the_clinic():
