@@ -55,7 +55,7 @@ def clinic_exercises() -> list[Exercise]:
                  "diagnosis is the cause, not the loudest consequence.",
                  "Copy the printed script into your cell, rename it repaired_caseN_M, and change "
                  "only the lines the bug needs; keep every line that measures or reports.")
-        out.append(Exercise(folder, notebook, f"Clinic {number}: {symptom.lower()}", hints, cases))
+        out.append(Exercise(folder, notebook, f"Clinic {number}: {symptom}", hints, cases))
     return out
 
 
