@@ -262,6 +262,31 @@ def test_frozen_weights_with_a_zero_filled_grad_move_and_are_named(how):
     assert found.evidence["max_relative_move"] > 1e-4
 
 
+def test_a_network_without_any_gradient_is_not_called_frozen():
+    """A dead output ReLU zeroes every gradient; Adam's momentum still moves the weights. No
+    tensor was frozen (nothing learns at all), so FROZEN_PARAMS_MOVE is not the diagnosis (the
+    unseen seeds 101 and 106 of relu_on_regression_output once said it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1), nn.ReLU())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    dbg = NetworkDebugger(model, opt)
+    x, y = torch.randn(64, 4), torch.randn(64)
+    for step in range(120):
+        if step == 10:
+            with torch.no_grad():                       # kill the output unit for good
+                model[2].bias.fill_(-100.0)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x).squeeze(1), y)
+        loss.backward()
+        opt.step()
+        dbg.record_loss(loss.item())
+    assert all(float(p.grad.abs().max()) == 0.0 for p in model.parameters())
+    before = model[0].weight.detach().clone()
+    opt.step()
+    assert not torch.equal(before, model[0].weight)         # momentum moves them all the same
+    assert "FROZEN_PARAMS_MOVE" not in {f.code for f in dbg.diagnose()}
+
+
 def test_a_debugger_dropped_mid_step_is_freed_with_its_model_and_leaves_no_mode_behind():
     """Dropped between a statistics step's forward and its backward: the collector frees the
     debugger, the model and the optimizer (torch keeps post-accumulate-grad hooks where the

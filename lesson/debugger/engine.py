@@ -383,6 +383,7 @@ class Engine:
                 if key[0] == "act":
                     layers[key[1]] = self._layer_record(key[1], float(sq[0]), host)
         params: dict[str, dict[str, Any]] = {}
+        zero_moves: list[tuple[str, float]] = []
         for name, keys, static in self._param_keys:
             g, w, u, st = (sums.get(k) for k in keys)
             if w is not None:        # measured on full steps; light records repeat the last
@@ -409,8 +410,14 @@ class Engine:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
             zeroed = sums.get(("zeroed", name))
             if zeroed is not None and zeroed[0] > 0 and weight_norm > 0:
-                self._moved_with_zero_grad(name, math.sqrt(zeroed[0]) / weight_norm)
+                zero_moves.append((name, math.sqrt(zeroed[0]) / weight_norm))
             params[name] = entry
+        # A tensor is "frozen" by a zero-filled gradient only while others learn: when every
+        # gradient is zero (a dead output unit blocks them all), the step's drift is momentum
+        # over a network without signal, which other codes name.
+        if any(e["grad_norm"] for e in params.values()):
+            for name, move in zero_moves:
+                self._moved_with_zero_grad(name, move)
         return {"step": step, "loss": None, "lr": lr, "full": self._full(step),
                 "layers": layers, "params": params}
 
