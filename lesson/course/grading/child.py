@@ -1,6 +1,6 @@
 """Inside the sandbox: run the student's cells and functions, hand back plain data only.
 
-Started by `sandbox.Sandbox` as `python -I -c ...`; the grader imports it only to name
+Started by `sandbox.Sandbox` as `python -I -c ...` or forked from a pristine one; the grader imports it only to name
 `answer_ref` in what it pickles, and runs none of it. The guards (an audit hook and a snapshot of the course's modules) go up after the
 libraries are imported and before the first student line runs.
 """
@@ -65,7 +65,12 @@ def _install_guard(config: dict) -> None:
         VIOLATIONS.append(why)
         raise PermissionError(f"refused by the grader's sandbox: {why}")
 
+    own_proc = f"/proc/{os.getpid()}"
+
     def may_read(path: str) -> bool:
+        pid = path[len("/proc/"):].split("/", 1)[0] if _inside(path, "/proc") else ""
+        if pid.isdigit() and not _inside(path, own_proc):
+            return False    # another process's memory, environment or files: the grader's
         if _inside(path, workdir) or any(_inside(path, p) for p in packages + metadata):
             return True
         allowed = [len(r) for r in readable if _inside(path, r)]

@@ -3,8 +3,9 @@
 `grade_notebook(nb)` runs a (sanitized) submission the way nbgrader's Execute would, but split
 over two fresh processes:
 
-- the *trusted* process (`python -I`, nothing of the notebook imported) runs the instructor's
-  cells: the locked set-up cells and every test cell, hidden tests included;
+- the *trusted* process (`python -I`, nothing of the notebook imported; forked from the grading
+  process's warm zygote, `zygote.py`, where it has one) runs the instructor's cells: the locked
+  set-up cells and every test cell, hidden tests included;
 - the student's sandbox (`sandbox.py`) runs the answer cells and every call of a student
   function. What an answer cell binds at its top level crosses back as plain data (`wire.py`)
   or as a stand-in function that calls into the sandbox; nothing else crosses. A name the
@@ -159,11 +160,13 @@ def _apply_state(obj: Any, state: Any) -> None:
 class Room:
     """The trusted side of one notebook: its namespace, the sandbox, what was caught."""
 
-    def __init__(self, limits: Limits, deny: list[str]):
+    def __init__(self, limits: Limits, deny: list[str], sandbox: Any = None):
         from .sandbox import Sandbox
 
-        self.sandbox = Sandbox(limits=limits, deny=deny)
-        self.sandbox.start()
+        if sandbox is None:
+            sandbox = Sandbox(limits=limits, deny=deny)
+            sandbox.start()
+        self.sandbox = sandbox
         tempfile.tempdir = str(self.sandbox.workdir)     # the tests' files: readable by both
         self.ns: dict[str, Any] = {"__name__": "__main__"}
         self.tampering: dict[str, list[str]] = {}
@@ -357,9 +360,9 @@ def clinic_harness_additions(source: str) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-def run(cells: list[dict], limits: Limits, deny: list[str]) -> dict:
+def run(cells: list[dict], limits: Limits, deny: list[str], sandbox: Any = None) -> dict:
     """The trusted process's work: every code cell in order; JSON-ready results."""
-    room = Room(limits, deny)
+    room = Room(limits, deny, sandbox)
     instructor = set().union(*[bound_names(c["source"]) for c in cells
                                if c["kind"] != "answer"]) if cells else set()
     outputs: dict[str, list[dict]] = {}
@@ -380,15 +383,24 @@ def run(cells: list[dict], limits: Limits, deny: list[str]) -> dict:
             "failed": failed}
 
 
-def trusted_main(job: str, result: str) -> None:
-    """Entry point of the trusted process: read the job file, write the result file."""
+def trusted_main(job: str, result: str, limits: dict | None = None,
+                 deny: list[str] | None = None) -> None:
+    """Entry point of the trusted process: read the job file, write the result file. Forked
+    from a zygote (`limits` and `deny` given), it forks the student's sandbox first, while
+    it still holds nothing of the notebook."""
     import matplotlib
     matplotlib.use("Agg")
     import warnings
 
     warnings.filterwarnings("ignore")
+    sandbox = None
+    if limits is not None:
+        from .sandbox import Sandbox
+
+        sandbox = Sandbox(limits=Limits(**limits), deny=list(deny or []))
+        sandbox.start(fork=True)
     spec = json.loads(Path(job).read_text())
-    data = run(spec["cells"], Limits(**spec["limits"]), spec["deny"])
+    data = run(spec["cells"], Limits(**spec["limits"]), spec["deny"], sandbox)
     Path(result).write_text(json.dumps(data))
 
 
@@ -403,24 +415,16 @@ def grade_notebook(nb: Any, limits: Limits | None = None, deny: list[str] | None
     private = Path(tempfile.mkdtemp(prefix="nndebug-trusted-"))
     os.chmod(private, 0o700)
     job, result = private / "job.json", private / "result.json"
-    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__,
-                               "deny": [str(Path(d).resolve()) for d in (deny or [])]
-                               + [str(private)]}))
-    boot = ("import sys; sys.path[:0] = %r; from lesson.course.grading import cleanroom; "
-            "cleanroom.trusted_main(%r, %r)" % (_code_roots(), str(job), str(result)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg")
+    denied = [str(Path(d).resolve()) for d in (deny or [])] + [str(private)]
+    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__, "deny": denied}))
     budget = 120 + limits.timeout_s * (2 + sum(c["kind"] != "context" for c in cells))
     verdicts = Verdicts()
     start = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", boot], env=env, cwd=private,
-                              capture_output=True, text=True, timeout=budget)
-        if proc.returncode != 0 or not result.is_file():
-            verdicts.error = (f"the clean room failed ({proc.returncode}): "
-                              f"{proc.stderr[-2000:]}")
-    except subprocess.TimeoutExpired:
+    code, log = _trusted_process(job, result, limits, denied, private, budget)
+    if code is None:
         verdicts.error = f"the clean room ran past {budget:.0f} s"
+    elif code != 0 or not result.is_file():
+        verdicts.error = f"the clean room failed ({code}): {log[-2000:]}"
     if verdicts.error is None:
         data = json.loads(result.read_text())
         verdicts.outputs = {int(k): v for k, v in data["outputs"].items()}
@@ -432,6 +436,34 @@ def grade_notebook(nb: Any, limits: Limits | None = None, deny: list[str] | None
     _fill(nb, cells, verdicts)
     verdicts.notes.append(f"clean room: {time.monotonic() - start:.1f} s")
     return verdicts
+
+
+def _trusted_process(job: Path, result: Path, limits: Limits, deny: list[str], private: Path,
+                     budget: float) -> tuple[int | None, str]:
+    """Run the trusted process to its end: forked from this process's warm zygote, or (where
+    there is none) a new `python -I`. Its exit code (None past `budget`) and its output."""
+    from . import zygote
+
+    if zygote.ENABLED:
+        log = private / "trusted.log"
+        try:
+            with zygote.zygote() as z:
+                code = z.run("lesson.course.grading.cleanroom:trusted_main",
+                             {"job": str(job), "result": str(result),
+                              "limits": limits.__dict__, "deny": deny},
+                             cwd=private, log=log, timeout=budget)
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            return code, text
+        except zygote.ZygoteGone:
+            result.unlink(missing_ok=True)
+    boot = ("import sys; sys.path[:0] = %r; from lesson.course.grading import cleanroom; "
+            "cleanroom.trusted_main(%r, %r)" % (_code_roots(), str(job), str(result)))
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", boot], env=zygote.clean_env(),
+                              cwd=private, capture_output=True, text=True, timeout=budget)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return proc.returncode, proc.stderr
 
 
 def _fill(nb: Any, cells: list[dict], verdicts: Verdicts) -> None:

@@ -199,6 +199,7 @@ def grade_class(root: Path, assignments: list[str] | None = None, *, workers: in
     try:
         if not jobs:
             raise _Nothing
+        _prewarm(client)
         futures = [client.submit(grade_submission, job, pure=False,
                                  key=f"grade-{job['student']}-{job['assignment']}-{fps[(job['student'], job['assignment'])][:12]}")
                    for job in jobs]
@@ -239,6 +240,18 @@ def grade_class(root: Path, assignments: list[str] | None = None, *, workers: in
     report.scores = gbk.scores(url)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _prewarm(client: Any) -> None:
+    """Have every worker start its zygote (`zygote.py`) while the tasks are being sent: the
+    first notebook then finds torch imported. A worker that cannot is left to start one when
+    its first notebook comes."""
+    from .zygote import prewarm
+
+    try:
+        client.run(prewarm)
+    except Exception:
+        pass
 
 
 class _Nothing(Exception):

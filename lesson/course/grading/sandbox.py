@@ -1,6 +1,7 @@
 """The isolated child that runs a student's answers, and the grader's handle on it.
 
-The child is a fresh interpreter (`python -I`) in its own session and temporary directory,
+The child is a fresh interpreter (`python -I`), or a fork of a pristine one (a zygote's child
+that has read nothing of the notebook, `zygote.py`), in its own session and temporary directory,
 with limits on memory, CPU time and file size, and a wall-clock deadline per request enforced
 from outside (the whole process group is killed). An audit hook, installed before any student
 code runs and impossible to remove from Python, refuses opening files outside the child's
@@ -56,6 +57,70 @@ def _code_roots() -> list[str]:
     return list(dict.fromkeys(str(Path(d).parent) for d in _package_dirs()))
 
 
+def _set_limits(limits: Limits) -> None:
+    """In the child, before any of its own code: memory, CPU time, file size, no core."""
+    import resource
+
+    memory = int(limits.memory_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (int(limits.cpu_s), int(limits.cpu_s) + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class _Forked:
+    """A forked child, with the part of `subprocess.Popen` the sandbox uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"sandbox {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
+def _fork_child(config: dict, env: dict[str, str], limits: Limits, keep: tuple[int, int]
+                ) -> _Forked:
+    """What `Popen(start_new_session=True, pass_fds=keep, preexec_fn=limits)` would start,
+    without a new interpreter: the fork keeps this pristine process's imports."""
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        top = max(keep) + 1
+        os.closerange(3, min(keep))
+        os.closerange(min(keep) + 1, max(keep))
+        os.closerange(top, os.sysconf("SC_OPEN_MAX"))
+        os.chdir(config["workdir"])
+        os.environ.clear()
+        os.environ.update(env)
+        sys.dont_write_bytecode = True            # what `-B` gives the new interpreter
+        from .zygote import reseed
+
+        reseed()
+        _set_limits(limits)
+        from .child import main
+
+        main(config)
+    finally:
+        os._exit(1)
+
+
 @dataclass
 class Sandbox:
     """One student's child process; restarted (and its answers replayed) after a death."""
@@ -68,7 +133,9 @@ class Sandbox:
     _fds: tuple[int, int] | None = None
     _hello: bool = False
 
-    def start(self) -> None:
+    def start(self, fork: bool = False) -> None:
+        """Start the child: a new `python -I`, or with `fork` a fork of this process, which
+        must then be pristine (a zygote's fresh child that has read nothing of the notebook)."""
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="nndebug-sandbox-"))
             os.chmod(self.workdir, 0o700)
@@ -81,24 +148,21 @@ class Sandbox:
         config = {"fd_in": to_child_r, "fd_out": from_child_w, "workdir": str(self.workdir),
                   "code_roots": _code_roots(), "packages": _package_dirs(),
                   "deny": [str(Path(d).resolve()) for d in self.deny]}
+        matplotlib_home = os.environ.get("MPLCONFIGDIR")
+        if fork and matplotlib_home:       # the zygote's font cache, which its forks read
+            config["packages"] = config["packages"] + [matplotlib_home]
         boot = ("import sys; sys.path[:0] = %r; "
                 "from lesson.course.grading import child; child.main(%r)"
                 % (config["code_roots"], config))
         limits = self.limits
-
-        def preexec() -> None:
-            import resource
-
-            memory = int(limits.memory_mb) * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            resource.setrlimit(resource.RLIMIT_CPU, (int(limits.cpu_s), int(limits.cpu_s) + 5))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-c", boot], cwd=self.workdir, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            pass_fds=(to_child_r, from_child_w), preexec_fn=preexec, start_new_session=True)
+        if fork:
+            self.proc = _fork_child(config, env, self.limits, keep=(to_child_r, from_child_w))
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-c", boot], cwd=self.workdir, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(to_child_r, from_child_w), preexec_fn=lambda: _set_limits(limits),
+                start_new_session=True)
         os.close(to_child_r)
         os.close(from_child_w)
         self._fds = (to_child_w, from_child_r)
@@ -175,8 +239,6 @@ class Sandbox:
             except ProcessLookupError:
                 pass
             self.proc.wait()
-        if self.proc is not None:
-            self.proc.stderr.close()
         if self._fds:
             for fd in self._fds:
                 try:
