@@ -48,7 +48,7 @@ from lesson.debugger.batches import BatchInspector
 from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
 from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
 from lesson.debugger.functional import (HOOKED_ELSEWHERE, FunctionalWatch,
-                                       function_mode_on_top, leave_stale_modes)
+                                       function_mode_on_top, leave_stale_modes, outside)
 from lesson.debugger.loss_inputs import LossInputInspector
 from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
@@ -304,7 +304,8 @@ class NetworkDebugger(Engine):
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if self._collecting():
-                self._measure_activation(name, type(module).__name__, relu_like, output)
+                with outside(self._functional):
+                    self._measure_activation(name, type(module).__name__, relu_like, output)
         return hook
 
     def _measure_activation(self, name: str, kind: str, relu_like: bool, output: Any) -> None:
@@ -472,7 +473,8 @@ class NetworkDebugger(Engine):
             x = first_tensor(args) if args else first_tensor(kwargs)
             if x is not None:
                 try:
-                    self.batch_inspector.observe_inputs(x, step=self._step)
+                    with outside(self._functional):
+                        self.batch_inspector.observe_inputs(x, step=self._step)
                 except Exception as exc:
                     self._error("batch inspector", exc)
 
@@ -510,11 +512,12 @@ class NetworkDebugger(Engine):
         self._last_loss_seen = seen
         try:
             inspector = self._functional_targets if functional else self.batch_inspector
-            if inspector is not None and isinstance(target, torch.Tensor):
-                inspector.observe_targets(target, step=self._step)
-            if self.loss_inspector is not None and self._collecting() \
-                    and self._full(self._step):
-                self.loss_inspector.observe(output, target, criterion, step=self._step)
+            with outside(self._functional):
+                if inspector is not None and isinstance(target, torch.Tensor):
+                    inspector.observe_targets(target, step=self._step)
+                if self.loss_inspector is not None and self._collecting() \
+                        and self._full(self._step):
+                    self.loss_inspector.observe(output, target, criterion, step=self._step)
         except Exception as exc:
             self._error("loss inspector", exc)
 
