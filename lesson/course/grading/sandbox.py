@@ -68,6 +68,17 @@ def _set_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def reseed() -> None:
+    """A fork shares its parent's random state; a fresh interpreter would draw its own."""
+    import random
+
+    import numpy
+
+    random.seed()
+    numpy.random.seed()
+    tempfile.tempdir = None
+
+
 class _Forked:
     """A forked child, with the part of `subprocess.Popen` the sandbox uses."""
 
@@ -110,8 +121,6 @@ def _fork_child(config: dict, env: dict[str, str], limits: Limits, keep: tuple[i
         os.environ.clear()
         os.environ.update(env)
         sys.dont_write_bytecode = True            # what `-B` gives the new interpreter
-        from .zygote import reseed
-
         reseed()
         _set_limits(limits)
         from .child import main

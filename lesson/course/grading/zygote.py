@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .frames import SandboxDied, TimedOut, frame, read_frame
+from .sandbox import _code_roots, reseed
 
 #: imported once by the zygote (what every trusted process and sandbox imports anyway)
 PRELOAD = ("numpy", "torch", "cloudpickle", "matplotlib.pyplot", "lesson", "broken_models",
@@ -138,25 +139,12 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
-def reseed() -> None:
-    """A fork shares its parent's random state; a fresh interpreter would draw its own."""
-    import random
-
-    import numpy
-
-    random.seed()
-    numpy.random.seed()
-    tempfile.tempdir = None
-
-
 # -- the grading process's side ------------------------------------------------------------
 
 class Zygote:
     """A handle on one zygote process; one request at a time (the pool hands it out)."""
 
     def __init__(self) -> None:
-        from .sandbox import _code_roots
-
         self.home = Path(tempfile.mkdtemp(prefix="nndebug-zygote-"))
         env = clean_env()
         env["MPLCONFIGDIR"] = str(self.home)   # matplotlib's font cache, built once per zygote
