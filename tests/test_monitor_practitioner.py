@@ -458,3 +458,41 @@ def test_moving_the_model_to_another_dtype_keeps_training(dtype):
     last = dbg.history[-1]
     assert last["full"] and last["params"]["0.weight"]["update_ratio"] > 0
     assert math.isfinite(last["layers"]["1"]["act_mean"])
+
+
+def test_the_function_mode_sees_the_models_calls_and_not_the_debuggers_own(monkeypatch):
+    """On a full statistics step the module hooks, the loss inspector and the batch inspector
+    measure with the function mode off the stack: the mode sees what the model and the loss
+    call (linear, relu, cross_entropy), none of the statistics' own reductions, and the
+    functional ReLU is still measured."""
+    from lesson.debugger.functional import FunctionalWatch
+
+    seen: list[str] = []
+    original = FunctionalWatch.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        seen.append(getattr(func, "__name__", str(func)))
+        return original(self, func, types, args, kwargs)
+    monkeypatch.setattr(FunctionalWatch, "__torch_function__", counting)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.fc2(F.relu(self.act(self.fc1(x))))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt, nn.CrossEntropyLoss(), every=1, warmup=0, full_every=1)
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    opt.zero_grad()
+    dbg.criterion(model(x), y).backward()
+    opt.step()
+    dbg.record_loss(1.0)
+    assert {"linear", "relu", "tanh"} <= set(seen)
+    assert not {"dot", "sum", "aminmax", "sign", "sub", "square_", "stack"} & set(seen), seen
+    assert len(seen) < 20, seen
+    assert "relu" in {name.rpartition("/")[2] for name in dbg.activation_stats}
