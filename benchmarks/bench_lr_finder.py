@@ -96,14 +96,21 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     return (x - x.mean()) / x.std(), torch.tensor(d.target)
 
 
+def _teacher_data(g: torch.Generator, seed: int, n_in: int, hidden: int, classes: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic inputs from `g`, labelled by a random teacher network whose weights come
+    from `seed` (so the labels are the same every run)."""
+    x = torch.randn(2048, n_in, generator=g)
+    torch.manual_seed(seed)
+    teacher = nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, classes))
+    with torch.no_grad():
+        return x, teacher(x).argmax(1)
+
+
 def tasks() -> list[Task]:
     g = torch.Generator().manual_seed(0)
     # 1. MLP, synthetic 4-class data labelled by a random teacher network
-    x1 = torch.randn(2048, 20, generator=g)
-    torch.manual_seed(0)  # the teacher's weights, so the labels are the same every run
-    teacher = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4))
-    with torch.no_grad():
-        y1 = teacher(x1).argmax(1)
+    x1, y1 = _teacher_data(g, 0, 20, 32, 4)
     # 2 and 3. scikit-learn digits (8x8 images, 10 classes)
     xd, yd = _digits()
     # 4. regression with large targets (std ~ 100, offset 50)
@@ -142,11 +149,7 @@ def held_out_tasks() -> list[Task]:
     """Tasks the suggestion rule was NOT tuned on (other seeds, widths, depths, targets, a CNN
     with Adam, SGD with momentum): `--held-out` runs them to check the rule generalises."""
     g = torch.Generator().manual_seed(7)
-    x1 = torch.randn(2048, 30, generator=g)
-    torch.manual_seed(7)
-    teacher = nn.Sequential(nn.Linear(30, 48), nn.Tanh(), nn.Linear(48, 8))
-    with torch.no_grad():
-        y1 = teacher(x1).argmax(1)
+    x1, y1 = _teacher_data(g, 7, 30, 48, 8)
     xd, yd = _digits()
     x5 = torch.randn(2048, 12, generator=g)
     y5 = 8 * (x5 @ torch.randn(12, 1, generator=g)) + 5 * torch.tanh(x5[:, :1] * x5[:, 2:3])
@@ -212,11 +215,7 @@ def extra_tasks() -> list[Task]:
     ys = (drift > 0).long() + (drift > 2).long()                    # 3 classes
     yr = (xs[:, :, 0] * torch.linspace(0.2, 1.0, 20)).sum(1, keepdim=True) * 3
     g = torch.Generator().manual_seed(0)
-    x1 = torch.randn(2048, 20, generator=g)
-    torch.manual_seed(0)
-    teacher = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4))
-    with torch.no_grad():
-        y1 = teacher(x1).argmax(1)
+    x1, y1 = _teacher_data(g, 0, 20, 32, 4)
     xd, yd = _digits()
     x6 = torch.randn(2048, 8, generator=g)
     y6 = 50 * (x6 @ torch.randn(8, 1, generator=g)) + 30 * x6[:, :1].abs() - 20

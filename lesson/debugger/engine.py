@@ -262,14 +262,14 @@ class Engine:
         the squared norm of the gradient the step will see (zero if the loop zero-filled it
         after the backward, `p.grad.zero_()`: a "frozen" tensor that the step still moves)."""
         try:
-            stepped = [p for _, p in self._params if id(p) in held and p.grad is not None]
-            names = [n for n, p in self._params if id(p) in held and p.grad is not None]
-            tensors = [p.detach() for p in stepped]
+            stepped = [(n, p) for n, p in self._params if id(p) in held and p.grad is not None]
+            names = [n for n, _ in stepped]
+            tensors = [p.detach() for _, p in stepped]
             if not tensors:
                 return
             for name, sq in zip(names, squared_norms(tensors)):
                 self._buf.set_sum(("weight", name), sq.reshape(1))
-            grads = [gradient_norm(p.grad) for p in stepped]     # sparse ones too
+            grads = [gradient_norm(p.grad) for _, p in stepped]     # sparse ones too
             self._before = (names, tensors, self._copies(names, tensors), grads)
         except Exception as exc:
             self._error("optimizer step", exc)

@@ -586,13 +586,12 @@ class NetworkDebugger(Engine):
         names = {id(p): n for n, p in self.model.named_parameters()}
         for p, move in zip(tensors, moves):
             if move > 0:
-                name = names.get(id(p), f"tensor {list(p.shape)}")
-                count, top = self._moved_without_grad.get(name, (0, 0.0))
-                self._moved_without_grad[name] = (count + 1, max(top, move))
+                self._moved_with_zero_grad(names.get(id(p), f"tensor {list(p.shape)}"), move)
 
     def _moved_with_zero_grad(self, name: str, move: float) -> None:
-        """Full steps (see Engine._measure_updates): a gradient zero-filled after the backward
-        (`p.grad.zero_()` to "freeze" it) and a step that moved the tensor all the same."""
+        """A tensor without gradient that the step moved by `move` (relative to its norm): one
+        that got none this step but kept a .grad (above), or, on full steps, a gradient
+        zero-filled after the backward (`p.grad.zero_()` to "freeze" it; Engine._decode)."""
         count, top = self._moved_without_grad.get(name, (0, 0.0))
         self._moved_without_grad[name] = (count + 1, max(top, move))
 

@@ -1,8 +1,9 @@
 """Inside the sandbox: run the student's cells and functions, hand back plain data only.
 
-Started by `sandbox.Sandbox` as `python -I -c ...` or forked from a pristine one; the grader imports it only to name
-`answer_ref` in what it pickles, and runs none of it. The guards (an audit hook and a snapshot of the course's modules) go up after the
-libraries are imported and before the first student line runs.
+Started by `sandbox.Sandbox` as `python -I -c ...`, or forked from a pristine interpreter; the
+grader imports it only to name `answer_ref` in what it pickles, and runs none of it. The guards
+(an audit hook and a snapshot of the course's modules) go up after the libraries are imported
+and before the first student line runs.
 """
 from __future__ import annotations
 
