@@ -287,6 +287,42 @@ def test_a_network_without_any_gradient_is_not_called_frozen():
     assert "FROZEN_PARAMS_MOVE" not in {f.code for f in dbg.diagnose()}
 
 
+class _AttentionPool(nn.Module):
+    """Attention pooling over time: softmax cancels the score's bias, so autograd gives that
+    bias a gradient of exactly zero on some steps (a rounding of an analytic zero)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.score, self.head = nn.Linear(4, 1), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head((torch.softmax(self.score(x), dim=1) * x).sum(1))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_gradient_autograd_made_zero_is_not_a_frozen_tensor(seed):
+    """Adam moves the bias at a step where its gradient is exactly zero, but nothing froze it:
+    the backward gave that zero (the real-fault benchmark's attention-pooling twin once got
+    FROZEN_PARAMS_MOVE). Every step is a full statistics step, so each such move is seen."""
+    torch.manual_seed(seed)
+    model = _AttentionPool()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(32, 5, 4), torch.randint(0, 2, (32,))
+    moved_at_zero = 0
+    with NetworkDebugger(model, opt, every=1, full_every=1, warmup=0) as dbg:
+        for _ in range(60):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            zero = float(model.score.bias.grad.abs().max()) == 0.0
+            before = model.score.bias.detach().clone()
+            opt.step()
+            moved_at_zero += zero and not torch.equal(before, model.score.bias)
+            dbg.record_loss(loss.item())
+        assert moved_at_zero > 0                      # the premise: such moves happened
+        assert dbg.diagnose() == []
+
+
 def test_a_debugger_dropped_mid_step_is_freed_with_its_model_and_leaves_no_mode_behind():
     """Dropped between a statistics step's forward and its backward: the collector frees the
     debugger, the model and the optimizer (torch keeps post-accumulate-grad hooks where the

@@ -409,7 +409,11 @@ class Engine:
                 if weight_norm > 0:
                     entry["update_ratio"] = entry["update_norm"] / weight_norm
             zeroed = sums.get(("zeroed", name))
-            if zeroed is not None and zeroed[0] > 0 and weight_norm > 0:
+            # zero at the step, though the backward gave it a gradient (or none at all): the
+            # loop zero-filled it. A gradient that autograd itself made exactly zero (a bias
+            # that a softmax cancels) is no freezing.
+            if zeroed is not None and zeroed[0] > 0 and weight_norm > 0 \
+                    and (g is None or g[0] > 0):
                 zero_moves.append((name, math.sqrt(zeroed[0]) / weight_norm))
             params[name] = entry
         # A tensor is "frozen" by a zero-filled gradient only while others learn: when every
