@@ -16,7 +16,7 @@ class Net(nn.Module):
 
 def build(bug: bool, seed: int) -> Script:
     model = Net(bug)
-    return Script(model, sequences(seed, steps=20), nn.CrossEntropyLoss(), adam(model, 1e-2),
+    return Script(model, sequences(seed, steps=20), nn.CrossEntropyLoss(), adam(model, 3e-3),
                   steps=100)
 
 

@@ -1,5 +1,6 @@
 """Pixels standardised with (x - mean) / std over the training set: a pixel that is always 0 gives
-0 / 0 = NaN in every row."""
+0 / 0 = NaN in every row. The fix gives each pixel a scale of at least one grey level, as
+`digits()` does (a floor at 1e-6 would still blow up a pixel that is almost always 0)."""
 import torch
 from torch import nn
 
@@ -10,7 +11,7 @@ def build(bug: bool, seed: int) -> Script:
     raw = digits(seed, standardize=False)
     mean, std = raw.x_train.mean(0), raw.x_train.std(0)
     if not bug:
-        std = torch.where(std < 1e-6, torch.ones_like(std), std)
+        std = std.clamp_min(1.0)
     d = Split((raw.x_train - mean) / std, raw.y_train, (raw.x_val - mean) / std, raw.y_val)
     model = mlp([64, 64, 10])
     return Script(model, d, nn.CrossEntropyLoss(), adam(model), steps=100)

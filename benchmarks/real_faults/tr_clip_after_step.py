@@ -32,6 +32,7 @@ def build(bug: bool, seed: int) -> Script:
 FAULT = Fault("gradient clipping after optimizer.step()", "VGraphRNN/VGRNN#4; awslabs/graphstorm#1366; "
               "jongwook/onsets-and-frames#24", "API",
               ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH"),
-              "the loss blows up although clipping is configured",
-              lambda r: not r.finite or max(r.losses) > 10 * r.losses[0] or r.val_score < 0.5,
+              "the loss blows up although clipping is configured, or training ends far from "
+              "the fit the clipped run reaches (R^2 above 0.9 on seeds 0-5)",
+              lambda r: not r.finite or max(r.losses) > 10 * r.losses[0] or r.val_score < 0.8,
               build)
