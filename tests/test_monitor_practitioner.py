@@ -532,3 +532,62 @@ def test_the_function_mode_sees_the_models_calls_and_not_the_debuggers_own(monke
     assert not {"dot", "sum", "aminmax", "sign", "sub", "square_", "stack"} & set(seen), seen
     assert len(seen) < 20, seen
     assert "relu" in {name.rpartition("/")[2] for name in dbg.activation_stats}
+
+
+def _hooked(model: nn.Module) -> int:
+    """Parameters that carry a Python gradient hook now."""
+    return sum(bool(p._backward_hooks) for p in model.parameters())
+
+
+def test_between_statistics_steps_a_backward_runs_one_gradient_hook():
+    """On statistics steps every parameter has its fresh-gradient hook; between them only the
+    sentinel (the output layer's bias, whose gradient comes first), so a plain step's backward
+    calls one Python hook whatever the model's size, and the bookkeeping stays whole: every
+    backward counted, no tensor called unused."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    dbg = NetworkDebugger(model, opt)
+    train(model, opt, dbg, 10)                       # the warm-up: statistics steps
+    assert _hooked(model) == 1 and dbg._params[dbg._sentinel][0] == "4.bias"
+    train(model, opt, dbg, 40, start=10)             # to the next statistics step (50)
+    assert _hooked(model) == 6
+    train(model, opt, dbg, 1, start=50)
+    assert _hooked(model) == 1
+    ev = dbg.evidence()
+    assert ev.backwards == 51 and ev.never_grad == [] and dbg.diagnose() == []
+
+
+def test_a_head_trained_on_some_steps_only_leaves_every_parameter_hooked():
+    """Two heads trained on alternate steps: the sentinel (one head's bias) misses every other
+    backward, so the debugger hooks every parameter from then on. No backward goes uncounted
+    and neither head is called unused or left without gradient."""
+    torch.manual_seed(0)
+    body, heads = nn.Linear(4, 16), nn.ModuleList([nn.Linear(16, 2), nn.Linear(16, 2)])
+
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.heads, self.which = body, heads, 0
+
+        def forward(self, x):
+            return self.heads[self.which](F.relu(self.body(x)))
+
+    model = TwoHeads()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    for step in range(120):
+        model.which = step % 2
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        dbg.record_loss(loss.detach())
+    assert dbg._sentinel is None and _hooked(model) == 6
+    ev = dbg.evidence()
+    assert ev.backwards == 120 and ev.never_grad == []
+    assert not {"NO_GRADIENT", "TRAIN_MODE_DURING_EVAL", "EVAL_MODE_DURING_TRAINING"} & {
+        f.code for f in dbg.diagnose()}

@@ -491,8 +491,12 @@ class Engine:
         """Copy the losses still on the device to the host, in one transfer."""
         if self._loss_pending:
             ts = [self.loss_history_raw[i] for i in self._loss_pending]
-            dev = ts[0].device  # type: ignore[union-attr]
-            values = torch.stack([t.to(dev, torch.float64) for t in ts]).tolist()  # type: ignore
+            dev, dtype = ts[0].device, ts[0].dtype  # type: ignore[union-attr]
+            if all(t.device == dev and t.dtype == dtype for t in ts):  # type: ignore[union-attr]
+                stacked = torch.stack(ts).to(torch.float64)    # type: ignore[arg-type]
+            else:   # losses from several devices or dtypes (autocast): one by one
+                stacked = torch.stack([t.to(dev, torch.float64) for t in ts])  # type: ignore
+            values = stacked.tolist()
             for i, v in zip(self._loss_pending, values):
                 self.loss_history_raw[i] = v
             self._loss_pending = []

@@ -157,6 +157,7 @@ class NetworkDebugger(Engine):
         self._last_loss_seen: tuple[int, int, int] | None = None
         # the step, and the gradient bookkeeping that catches missing zero_grad() and friends
         self._step = 0                         # the step whose passes are running now
+        self._scheduled_now = True             # _scheduled(_step), kept by _advance
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
         self._backward_since_forward = False
@@ -187,7 +188,13 @@ class NetworkDebugger(Engine):
         self._got_grad: list[bool] = []
         self._grad_this_step: list[bool] = []
         self._last_bw_gen: list[int] = []
-        self._param_handles: list[RemovableHandle] = []
+        #: fresh-gradient hooks attached now, by parameter index (see _set_fresh_hooks)
+        self._param_handles: dict[int, RemovableHandle] = {}
+        self._fresh_hooks: list[Callable[[torch.Tensor], None]] = []
+        self._sentinel: int | None = None      # the one parameter hooked between stats steps
+        self._sentinel_failed = False          # one missed a backward: every parameter, always
+        self._first_fired: int | None = None   # the first gradient of this statistics step
+        self._all_got_grad = False
         self._mode_modules: list[tuple[str, nn.Module]] = []
         self._signature: tuple[int, ...] = ()
         self.loss_inspector = LossInputInspector()
@@ -227,12 +234,10 @@ class NetworkDebugger(Engine):
         model = self._root
         self.hooks.append(model.register_forward_pre_hook(
             self._guarded("forward", self._on_root_forward), with_kwargs=True))
-        self.hooks.append(model.register_forward_hook(
-            self._guarded("forward", self._on_root_output), with_kwargs=True))
         # random layers left on at evaluation, however applied (see lesson.debugger.stochastic)
         self._eval_probe = EvalDeterminismProbe(model, [], lambda: self._step, self._error)
         self.hooks.append(model.register_forward_hook(
-            self._guarded("forward", self._eval_probe.hook), with_kwargs=True))
+            self._guarded("forward", self._after_root_forward), with_kwargs=True))
         self._watch_model()
         if self.optimizer is not None:
             self.hooks.append(self.optimizer.register_step_pre_hook(
@@ -269,8 +274,10 @@ class NetworkDebugger(Engine):
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
         old = {id(p): (got, now, gen) for (_, p), got, now, gen in
                zip(self._params, self._got_grad, self._grad_this_step, self._last_bw_gen)}
-        for handle in self._param_handles:
+        for handle in self._param_handles.values():
             handle.remove()
+        self._param_handles = {}
+        self._sentinel = self._first_fired = None       # indices change: chosen again
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
         #: per parameter: its accumulator keys and the record fields that never change
@@ -282,8 +289,10 @@ class NetworkDebugger(Engine):
         self._got_grad = [s[0] for s in state]
         self._grad_this_step = [s[1] for s in state]
         self._last_bw_gen = [s[2] for s in state]
-        self._param_handles = [p.register_hook(self._guarded(n, self._fresh_grad_hook(i)))
-                               for i, (n, p) in enumerate(self._params)]
+        self._all_got_grad = all(self._got_grad)
+        self._fresh_hooks = [self._guarded(n, self._fresh_grad_hook(i))
+                             for i, (n, _) in enumerate(self._params)]
+        self._set_fresh_hooks(every_param=True)
         self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
@@ -292,8 +301,7 @@ class NetworkDebugger(Engine):
             self._attach_step_hooks(True, force=True)
 
     def _is_stats_step(self) -> bool:
-        s = self._step
-        return s != self._closed_step and self._scheduled(s)
+        return self._scheduled_now and self._step != self._closed_step
 
     def _collecting(self) -> bool:
         if self._eval_probe._busy:      # the probe's extra passes are not the user's
@@ -392,9 +400,60 @@ class NetworkDebugger(Engine):
                 stack.pop()
         return push, pop
 
+    def _set_fresh_hooks(self, every_param: bool) -> None:
+        """Fresh-gradient hooks on every parameter for a statistics step; between statistics
+        steps on one only, the sentinel: the first parameter to get its gradient in the last
+        statistics step's backward (an output layer's), which every backward reaches. A
+        backward then calls one hook, not one per parameter; what the others keep (which
+        tensors got a gradient this step) is read on statistics steps. Every parameter stays
+        hooked where no sentinel can be trusted: before one is chosen, without an optimizer (a
+        backward ends the step then), on a compiled model, and for good once a sentinel missed
+        a backward that reached other parameters (see _check_sentinel)."""
+        if self._sentinel is None or self.optimizer is None or self._compiled or self._pinned:
+            every_param = True
+        handles = self._param_handles
+        if every_param:
+            for i, (_, p) in enumerate(self._params):
+                if i not in handles:
+                    handles[i] = p.register_hook(self._fresh_hooks[i])
+        else:
+            for i in [i for i in handles if i != self._sentinel]:
+                handles.pop(i).remove()
+
+    def _check_sentinel(self) -> None:
+        """At a plain step's optimizer step: a sentinel that got no gradient while another
+        parameter holds one missed a backward (a head trained on some steps only, say), so
+        every parameter is hooked from now on and the missed pass is counted (a .grad that
+        zero_grad(set_to_none=False) left in a step without backward would count one pass too
+        many, once). A parameter that never had a gradient is looked at too, so one that gets
+        it between statistics steps only is not called unused."""
+        s = self._sentinel
+        if s is not None and not self._grad_this_step[s] \
+                and any(p.grad is not None for _, p in self._params):
+            self._sentinel, self._sentinel_failed = None, True
+            self._set_fresh_hooks(every_param=True)
+            self._backward_since_forward = True
+            self._count_pass()
+        if not self._all_got_grad:
+            got = self._got_grad
+            for i, (_, p) in enumerate(self._params):
+                if not got[i] and p.grad is not None:
+                    got[i] = True
+            self._all_got_grad = all(got)
+
+    def _count_pass(self) -> None:
+        """The first gradient of a forward pass's backward: one training pass (in eval mode?)."""
+        if not self._pass_counted:
+            self._pass_counted = True
+            self._backwards += 1
+            if self._pass_eval_modules:
+                self.eval_mode_training.add(self._pass_eval_modules, self._step)
+
     def _fresh_grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         """Runs before this backward's gradient is added into p.grad."""
         def hook(grad: torch.Tensor) -> None:
+            if self._first_fired is None:
+                self._first_fired = i
             if not self._pass_counted:        # the first gradient of this pass's backward
                 self._passes_in_step += 1
                 if self._passes_in_step >= 2 and self._grad_this_step[i] \
@@ -403,11 +462,7 @@ class NetworkDebugger(Engine):
             self._got_grad[i] = True
             self._grad_this_step[i] = True
             self._backward_since_forward = True
-            if not self._pass_counted:
-                self._pass_counted = True
-                self._backwards += 1
-                if self._pass_eval_modules:
-                    self.eval_mode_training.add(self._pass_eval_modules, self._step)
+            self._count_pass()
             if self._last_bw_gen[i] != self._opt_steps:
                 self._last_bw_gen[i] = self._opt_steps
                 name, p = self._params[i]
@@ -445,11 +500,14 @@ class NetworkDebugger(Engine):
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
-        if self._is_stats_step() and self._model_signature() != self._signature:
+        stats = self._is_stats_step()
+        if stats and self._model_signature() != self._signature:
             self._watch_model()      # frozen, unfrozen, added or swapped since last time
-        self._attach_step_hooks(self._is_stats_step())
+        if stats or self._attached_modules or self._attached_params:
+            self._attach_step_hooks(stats)
         self._module_stack.clear()
-        if self._collecting():
+        collecting = stats and self._collecting()
+        if collecting:
             self._enter_functional()
         # a pass with gradients but no backward before this one: an evaluation pass?
         if self._last_pass_grad and not self._backward_since_forward \
@@ -469,7 +527,7 @@ class NetworkDebugger(Engine):
             self._pass_eval_modules = eval_names
         elif train_names:
             self.train_mode_eval.add(train_names, self._step)
-        if self.batch_inspector is not None and self._collecting() and self._full(self._step):
+        if collecting and self.batch_inspector is not None and self._full(self._step):
             x = first_tensor(args) if args else first_tensor(kwargs)
             if x is not None:
                 try:
@@ -477,6 +535,15 @@ class NetworkDebugger(Engine):
                         self.batch_inspector.observe_inputs(x, step=self._step)
                 except Exception as exc:
                     self._error("batch inspector", exc)
+
+    def _after_root_forward(self, module: nn.Module, args: tuple[Any, ...],
+                            kwargs: dict[str, Any], output: Any) -> None:
+        """The root's one forward hook: the output's checks, then the evaluation probe (one
+        hook, not two: every forward pass pays for each)."""
+        try:
+            self._on_root_output(module, args, kwargs, output)
+        finally:
+            self._eval_probe.hook(module, args, kwargs, output)
 
     def _on_root_output(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
@@ -524,8 +591,11 @@ class NetworkDebugger(Engine):
     # -- optimizer steps ----------------------------------------------------------------------
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._exit_functional()
+        if self._functional is not None:
+            self._exit_functional()
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
+            if self._sentinel is not None or not self._all_got_grad:
+                self._check_sentinel()
             return
         self._copy_params_without_grad(optimizer)
         held = self._holds(optimizer)
@@ -550,8 +620,10 @@ class NetworkDebugger(Engine):
         self._measure_weights_before_step(held)
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._measure_updates()
-        self._measure_moves_without_grad()
+        if self._before is not None:                # full steps (Engine)
+            self._measure_updates()
+        if self._no_grad_before is not None:
+            self._measure_moves_without_grad()
         if self._passes_in_step >= 2:
             self._accumulating_steps += 1
             if self._cleared_this_step:
@@ -597,7 +669,8 @@ class NetworkDebugger(Engine):
 
     def _advance(self) -> None:
         """End the current step: write its record if it was a statistics step."""
-        self._exit_functional()
+        if self._functional is not None:
+            self._exit_functional()
         if self._is_stats_step() and (self._buf or self.reducer is not None):
             self._close()       # across ranks: on the schedule alone, never on local data
         if self._forwards == self._forwards_mark and not self._compiled and not self._pinned \
@@ -607,13 +680,21 @@ class NetworkDebugger(Engine):
             # trained). Module hooks now stay as dynamo traced them (see _attach_step_hooks).
             self._pinned = True
         self._forwards_mark = self._forwards
+        if self._scheduled_now and self._first_fired is not None and not self._sentinel_failed:
+            self._sentinel = self._first_fired
         self._step += 1
-        if not self._scheduled(self._step):
-            self._attach_step_hooks(False)
+        self._scheduled_now = self._scheduled(self._step)
+        if not self._scheduled_now:
+            if self._attached_modules or self._attached_params:
+                self._attach_step_hooks(False)
+            if self._param_handles and self.hooks and len(self._param_handles) > 1:
+                self._set_fresh_hooks(every_param=False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
             if self._model_signature() != self._signature:
                 self._watch_model()
             self._attach_step_hooks(True)
+            self._set_fresh_hooks(every_param=True)
+            self._first_fired = None
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
@@ -621,7 +702,8 @@ class NetworkDebugger(Engine):
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
-        self._warn_if_removed("record_loss")
+        if self._removed:
+            self._warn_if_removed("record_loss")
         self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
         if isinstance(self.loss_history_raw[-1], torch.Tensor):
             self._loss_pending.append(len(self.loss_history_raw) - 1)
@@ -776,10 +858,10 @@ class NetworkDebugger(Engine):
 
     def remove_hooks(self) -> None:
         """Detach every hook from the model, its parameters, the optimizer and the criterion."""
-        for handle in self.hooks + self._param_handles:
+        for handle in self.hooks + list(self._param_handles.values()):
             handle.remove()
         self.hooks.clear()
-        self._param_handles = []
+        self._param_handles = {}
         self._attach_step_hooks(False, force=True)
         self._exit_functional()
         self._removed = True
