@@ -3,10 +3,11 @@
 `lesson.debugger.monitor` says what the debugger measures, when, and how it decides. This module
 holds what it takes to do that without slowing the user's training:
 
-* **hooks that come and go**: the model's persistent hooks are few (the root module's forward,
-  one gradient hook per parameter, the optimizer's step hooks); the measuring hooks on every
-  watched module and accumulated gradient are attached for a statistics step and removed after
-  it, so between statistics steps `nn.Module` takes its fast path;
+* **hooks that come and go**: the model's persistent hooks are few (the root module's forward
+  hooks, the optimizer's step hooks, and between statistics steps one fresh-gradient hook, the
+  sentinel's: see NetworkDebugger._set_fresh_hooks); the measuring hooks on every watched
+  module and accumulated gradient are attached for a statistics step and removed after it, so
+  between statistics steps `nn.Module` takes its fast path;
 * **one buffer per step**: every statistic of a step is a reducible accumulator in one
   `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
   then decoded into a plain-Python record;
