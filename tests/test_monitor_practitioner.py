@@ -45,6 +45,22 @@ def test_freezing_after_attach_does_not_crash_training():
     assert "NO_GRADIENT" not in {f.code for f in dbg.diagnose()}
 
 
+def test_freezing_the_layer_of_the_gradient_sentinel_between_statistics_steps():
+    """Between statistics steps one parameter keeps a gradient hook (the output layer's bias,
+    see the sentinel tests below). Freezing that layer then (a head frozen for fine-tuning)
+    makes the sentinel miss; hooking every parameter again must skip the frozen ones: torch
+    refuses a hook on a tensor without gradient, the crash of the issue."""
+    torch.manual_seed(0)
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = NetworkDebugger(model, opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(model, opt, dbg, 60, at={20: lambda: model[2].requires_grad_(False)})
+    assert dbg.errors == []
+    assert sorted(dbg.history[-1]["params"]) == ["0.bias", "0.weight"]
+
+
 def test_unfrozen_layer_is_watched_again():
     torch.manual_seed(0)
     model = tiny()

@@ -412,9 +412,9 @@ class NetworkDebugger(Engine):
         if self._sentinel is None or self.optimizer is None or self._compiled or self._pinned:
             every_param = True
         handles = self._param_handles
-        if every_param:
+        if every_param:     # a tensor frozen since the last statistics step takes no hook
             for i, (_, p) in enumerate(self._params):
-                if i not in handles:
+                if i not in handles and p.requires_grad:
                     handles[i] = p.register_hook(self._fresh_hooks[i])
         else:
             for i in [i for i in handles if i != self._sentinel]:
