@@ -22,7 +22,7 @@ copy; the copies take their steps in turns (`--chunk 1`: a shuffled order at eac
 slow moment of the machine falls on all of them alike. That also starts each step with the
 caches the other copies left, which makes the debugger's Python look dearer than in a loop
 that trains one model: a conservative reading. `--chunk 50` runs each copy's period at once.
-the MLP above, a small CNN (two 3x3 convolutions on 28x28 images, batch 64: a few-ms step),
+The three models: the MLP above, a small CNN (two 3x3 convolutions on 28x28 images, batch 64: a few-ms step),
 and one transformer encoder layer (d_model 128, 4 heads, 32 sequences of 32 tokens), each with
 functional calls (F.relu in the CNN, the encoder layer's own F.relu) that the debugger watches
 on statistics steps.
