@@ -687,7 +687,7 @@ class NetworkDebugger(Engine):
         if not self._scheduled_now:
             if self._attached_modules or self._attached_params:
                 self._attach_step_hooks(False)
-            if self._param_handles and self.hooks and len(self._param_handles) > 1:
+            if self.hooks and len(self._param_handles) > 1:
                 self._set_fresh_hooks(every_param=False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
             if self._model_signature() != self._signature:
