@@ -2,14 +2,15 @@
 
 The model is the issue's 512-1024-1024-10 MLP, batch 256, Adam, torch.set_num_threads(2).
 Each configuration trains its own copy of the model. A round is `--steps` steps of each (one
-whole statistics period of the default schedule), run in chunks of 5 steps with the
-configurations in a shuffled order per chunk, so machine noise hits all of them alike; each
-round's time is divided by the plain one's, and the median (and quartiles) over rounds is
-printed.
+statistics period of the default schedule), run in chunks of 5 steps with the configurations
+in a shuffled order per chunk, so machine noise hits all of them alike. Only one statistics
+step in four is a full one (DEFAULT_FULL_EVERY = 200), so rounds are judged in blocks of four
+(one whole period of the schedule): each block's time is divided by the plain one's, and the
+median (and quartiles) over blocks is printed.
 
   plain                 no debugger
   ours every=1          NetworkDebugger(model, optimizer, every=1): light statistics every
-                        step, full ones one step in 20 (the default full_every)
+                        step, full ones one step in 200 (the default full_every)
   ours every=1, full    ... full_every=1 as well: everything, every step (for reference)
   ours default          NetworkDebugger(model, optimizer), default `every`
   lesson's way          the lesson's hooks re-implemented here: forward + full backward hooks
@@ -17,17 +18,20 @@ printed.
 
 A second table (issue 16) gives the default schedule's ratio on three models side by side
 (several copies of each model per configuration, and a control group of plain copies whose
-ratio to plain is the noise floor). A round is one whole 50-step statistics period of every
-copy; the copies take their steps in turns (`--chunk 1`: a shuffled order at each step), so a
+ratio to plain is the noise floor). A round is one 50-step statistics period of every copy;
+there are four copies per configuration, and the debugger's copies are a period apart, so each
+round holds one full statistics step and three light ones: the schedule's own mix. The copies
+take their steps in turns (`--chunk 1`: a shuffled order at each step), so a
 slow moment of the machine falls on all of them alike. That also starts each step with the
 caches the other copies left, which makes the debugger's Python look dearer than in a loop
 that trains one model: a conservative reading. `--chunk 50` runs each copy's period at once.
-The three models: the MLP above, a small CNN (two 3x3 convolutions on 28x28 images, batch 64: a few-ms step),
+The three models: the MLP above, a small CNN (two 3x3 convolutions on 28x28 images, batch 32:
+about 3 ms a step on a quiet 2-core machine, the size issue 16 names),
 and one transformer encoder layer (d_model 128, 4 heads, 32 sequences of 32 tokens), each with
 functional calls (F.relu in the CNN, the encoder layer's own F.relu) that the debugger watches
 on statistics steps.
 
-Usage: python benchmarks/bench_monitor_overhead.py [--rounds 15] [--steps 50] [--clock cpu]
+Usage: python benchmarks/bench_monitor_overhead.py [--rounds 16] [--steps 50] [--clock cpu]
        [--chunk 1]
 Targets (issue 2, 16): ours every=1 <= 1.10, ours default <= 1.02 on all three models.
 """
@@ -38,7 +42,7 @@ import random
 import statistics
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -46,7 +50,10 @@ from torch.nn import functional as F
 
 from workload import make_batch, make_model
 
-from lesson.debugger.monitor import DEFAULT_EVERY, NetworkDebugger
+from lesson.debugger.monitor import DEFAULT_EVERY, DEFAULT_FULL_EVERY, NetworkDebugger
+
+#: statistics periods in one whole period of the default schedule (one full step in it)
+PERIODS = DEFAULT_FULL_EVERY // DEFAULT_EVERY
 
 
 class LessonStyleDebugger:
@@ -85,14 +92,26 @@ class LessonStyleDebugger:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=16,
+                        help="rounds of --steps steps (first table: judged in blocks of 4)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall time, or this process's CPU time (steadier on a busy machine)")
     parser.add_argument("--steps", type=int, default=DEFAULT_EVERY,
                         help="steps per timed block (default: the debugger's default every)")
     parser.add_argument("--chunk", type=int, default=1,
                         help="second table: steps a copy takes before the next copy's turn")
+    parser.add_argument("--models", default="mlp,cnn,encoder",
+                        help="second table: which models (comma-separated)")
+    parser.add_argument("--second-only", action="store_true", help="skip the first table")
     args = parser.parse_args()
+    models = args.models.split(",")
+    if unknown := set(models) - set(MODELS):
+        parser.error(f"--models: unknown {sorted(unknown)}; choose from {', '.join(MODELS)}")
+    if args.second_only:
+        default_schedule_ratios(args.rounds, args.steps, time.perf_counter if args.clock ==
+                                "wall" else time.process_time, max(1, min(args.chunk,
+                                                                          args.steps)), models)
+        return
     # the lesson's full backward hook warns on the first layer (one of the flaws it is compared on)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
     x, y = make_batch(0)
@@ -133,26 +152,29 @@ def main() -> None:
     plain_times = []
     order = list(configs)
     chunk = 5
-    for _ in range(args.rounds):
+    blocks = max(2, -(-args.rounds // PERIODS))
+    for _ in range(blocks):
         times = dict.fromkeys(configs, 0.0)
-        for _ in range(max(1, args.steps // chunk)):
+        for _ in range(PERIODS * max(1, args.steps // chunk)):
             random.shuffle(order)
             for n in order:
                 times[n] += block(configs[n], chunk)
-        plain_times.append(times["plain"] / max(1, args.steps // chunk))
+        plain_times.append(times["plain"] / (PERIODS * max(1, args.steps // chunk)))
         for n in ratios:
             ratios[n].append(times[n] / times["plain"])
-    print(f"MLP 512-1024-1024-10, batch 256, Adam, 2 threads; {args.rounds} rounds x "
+    print(f"MLP 512-1024-1024-10, batch 256, Adam, 2 threads; {blocks * PERIODS} rounds x "
           f"{args.steps} steps in chunks of {chunk}, {args.clock} clock, plain step "
           f"{statistics.median(plain_times) * 1e3:.1f} ms")
-    print("ratio: a round's time over the plain round's time; median and quartiles over rounds")
+    print(f"ratio: a block's time ({PERIODS} rounds: one full statistics step) over the plain "
+          f"block's; median and quartiles over {blocks} blocks")
     print(f"{'configuration':<20} {'median':>7} {'quartiles':>13}  target")
     targets = {"ours every=1": "<= 1.10", "ours every=1, full": "(reference)",
                "ours default": f"<= 1.02 (every={DEFAULT_EVERY})", "lesson's way": "(issue: 1.29)"}
     for n, rs in ratios.items():
         q1, _, q3 = statistics.quantiles(rs, n=4)
         print(f"{n:<20} {statistics.median(rs):>7.3f} {q1:>6.3f}-{q3:.3f}  {targets[n]}")
-    default_schedule_ratios(args.rounds, args.steps, clock, max(1, min(args.chunk, args.steps)))
+    default_schedule_ratios(args.rounds, args.steps, clock, max(1, min(args.chunk, args.steps)),
+                            models)
 
 
 class SmallCNN(nn.Module):
@@ -182,20 +204,26 @@ class EncoderLayer(nn.Module):
 #: copies of each model per configuration in the second table: where a model's tensors lie in
 #: memory moves its step time by a few percent (two identical plain copies differ by up to 3%
 #: here), so each configuration is the sum over copies, and a control group of plain copies
-#: shows the noise floor beside the ratio
-COPIES = 3
+#: shows the noise floor beside the ratio; one per statistics period of the schedule, so the
+#: debugger's copies, a period apart, hold every phase of it in each round
+COPIES = PERIODS
+
+
+MODELS = ("mlp", "cnn", "encoder")
 
 
 def default_schedule_ratios(rounds: int, steps: int, clock: Callable[[], float],
-                            chunk: int = 1) -> None:
+                            chunk: int = 1, models: Sequence[str] = MODELS) -> None:
     """Plain against the default schedule, on the MLP, a small CNN and an encoder layer."""
     x0, _ = make_batch(0)
     g = torch.Generator().manual_seed(0)
     workloads = {
         "MLP 512-1024-1024-10": (lambda: make_model(1), x0),
-        "small CNN (28x28, batch 64)": (SmallCNN, torch.randn(64, 1, 28, 28, generator=g)),
+        "small CNN (28x28, batch 32)": (SmallCNN, torch.randn(32, 1, 28, 28, generator=g)),
         "encoder layer (32x32x128)": (EncoderLayer, torch.randn(32, 32, 128, generator=g)),
     }
+    workloads = {label: w for key, (label, w) in zip(MODELS, workloads.items())
+                 if key in models}
     criterion = nn.CrossEntropyLoss()
     print(f"\ndefault schedule (every={DEFAULT_EVERY}) on three models, {COPIES} copies of each "
           f"per configuration: median ratio and quartiles over {rounds} rounds of {steps} steps;"
@@ -223,8 +251,8 @@ def default_schedule_ratios(rounds: int, steps: int, clock: Callable[[], float],
                 loss.backward()
                 opt.step()
             return clock() - start
-        for key in runs:
-            block(key, 12)
+        for key in runs:        # warm-up; the debugger's copies one period apart
+            block(key, 12 + (key[1] * steps if key[0] == "ours default" else 0))
         ratios, control, plain = [], [], []
         for _ in range(rounds):
             t = dict.fromkeys(runs, 0.0)

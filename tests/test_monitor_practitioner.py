@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lesson.debugger.monitor import NetworkDebugger
+from lesson.debugger.monitor import DEFAULT_FULL_EVERY, NetworkDebugger
 from lesson.debugger.rules import Evidence, Thresholds, loss_verdict, rule_overfitting
 
 
@@ -260,8 +260,10 @@ def test_frozen_weights_whose_grad_is_none_stay_and_nothing_is_said(how):
 def test_frozen_weights_with_a_zero_filled_grad_move_and_are_named(how):
     """Momentum and weight decay step a zero-filled .grad: the "frozen" layer drifts. Either
     the frozen tensor keeps an old .grad that the loop zero-fills (no gradient arrives), or the
-    gradient arrives and is zero-filled after the backward (`p.grad.zero_()`)."""
-    run = freeze_by(how)
+    gradient arrives and is zero-filled after the backward (`p.grad.zero_()`). The first is
+    seen at every statistics step; the second takes parameter copies, so full statistics steps
+    only (warm-up, then one in DEFAULT_FULL_EVERY steps): the run goes past one of those."""
+    run = freeze_by(how, steps=DEFAULT_FULL_EVERY + 30)
     assert run["moved"] > 1e-3                               # the symptom itself
     found = run["codes"]["FROZEN_PARAMS_MOVE"]
     assert found.evidence["params"] == ["0.bias", "0.weight"]

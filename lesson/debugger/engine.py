@@ -119,6 +119,9 @@ class Engine:
         self._pinned = False
         self._samples: dict[str, torch.Tensor] = {}
         self._explicit_optimizer = self.optimizer is not None
+        self._step_pre_handle: RemovableHandle | None = None   # see _toggle_step_pre_hook
+        self._step_pre_hook: Callable[..., None] | None = None
+        self._root_output_hook: Callable[..., None] | None = None
         self._seen_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
 
     # -- hooks --------------------------------------------------------------------------------
@@ -151,6 +154,8 @@ class Engine:
                 for m, (push, pop) in self._stack_step_hooks:
                     handles.append(m.register_forward_pre_hook(push))   # modules running now
                     handles.append(m.register_forward_hook(pop))
+                handles.append(self._root.register_forward_hook(self._root_output_hook,
+                                                                with_kwargs=True))
                 self._attached_modules = handles
             # across ranks the optimizer's pre-step hook measures DDP's averaged gradients
             by_step = self.reducer is not None and self.optimizer is not None
@@ -176,9 +181,16 @@ class Engine:
 
         def hook(p: torch.Tensor) -> None:
             debugger = me()
-            if debugger is not None and i < len(debugger._param_step_hooks) \
-                    and debugger._param_step_hooks[i][0] is p:
-                debugger._guarded("backward", debugger._param_step_hooks[i][1])(p)
+            if debugger is None or torch.compiler.is_compiling():
+                return
+            hooks = debugger._param_step_hooks
+            if i < len(hooks) and hooks[i][0] is p:
+                try:                                # as _guarded does
+                    hooks[i][1](p)
+                except TrainingAlert:
+                    raise
+                except Exception as exc:
+                    debugger._error("backward", exc)
         return hook
 
     def _error(self, where: str, exc: Exception) -> None:
@@ -223,8 +235,35 @@ class Engine:
         def post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             if (debugger := me()) is not None:
                 debugger._on_any_step_post(opt, args, kwargs)
-        self.hooks.append(register_optimizer_step_pre_hook(pre))
-        self.hooks.append(register_optimizer_step_post_hook(post))
+        self._global_step_hooks = (pre, post)
+        self._global_handles: list[RemovableHandle] = []
+        self._toggle_global_hooks(True)
+
+    def _toggle_global_hooks(self, on: bool) -> None:
+        """Attach (on) or detach the global optimizer hooks. With an optimizer passed in they
+        only discover the others, whose steps the statistics steps judge: they are attached
+        from a statistics step to the end of the step after it (a second optimizer that steps
+        after ours steps in our next step), and the warm-up sees one that steps now and then.
+        Without one they find it and then drive the step bookkeeping: always attached."""
+        on = on or not self._explicit_optimizer
+        if on and not self._global_handles and not self._removed:
+            pre, post = self._global_step_hooks
+            self._global_handles = [register_optimizer_step_pre_hook(pre),
+                                    register_optimizer_step_post_hook(post)]
+        elif not on and self._global_handles:
+            for handle in self._global_handles:
+                handle.remove()
+            self._global_handles = []
+
+    def _toggle_step_pre_hook(self, on: bool) -> None:
+        """The optimizer's own pre-step hook, attached for statistics steps only: a plain
+        step's bookkeeping needs only the post-step hook."""
+        handle = self._step_pre_handle
+        if on and handle is None and self.optimizer is not None and self._explicit_optimizer:
+            self._step_pre_handle = self.optimizer.register_step_pre_hook(self._step_pre_hook)
+        elif not on and handle is not None:
+            handle.remove()
+            self._step_pre_handle = None
 
     def _holds(self, optimizer: torch.optim.Optimizer) -> set[int]:
         return {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -386,7 +425,7 @@ class Engine:
         params: dict[str, dict[str, Any]] = {}
         zero_moves: list[tuple[str, float]] = []
         for name, keys, static in self._param_keys:
-            g, w, u, st = (sums.get(k) for k in keys)
+            g, w, u, st = map(sums.get, keys)
             if w is not None:        # measured on full steps; light records repeat the last
                 self._weight_norms[name] = math.sqrt(w[0])
             weight_norm = self._weight_norms.get(name, math.nan)
@@ -432,7 +471,7 @@ class Engine:
         sums, maxes = host["sums"], host["maxes"]
         units = sums[("act_units", name)]
         count, calls, samples = host["counts"][("act", name)].tolist()
-        total = float(units.sum())
+        total = float(np.add.reduce(units))
         mean = total / count
         var = sumsq / count - mean * mean
         nonfinite = 0
@@ -492,12 +531,12 @@ class Engine:
         """Copy the losses still on the device to the host, in one transfer."""
         if self._loss_pending:
             ts = [self.loss_history_raw[i] for i in self._loss_pending]
-            dev, dtype = ts[0].device, ts[0].dtype  # type: ignore[union-attr]
-            if all(t.device == dev and t.dtype == dtype for t in ts):  # type: ignore[union-attr]
-                stacked = torch.stack(ts).to(torch.float64)    # type: ignore[arg-type]
-            else:   # losses from several devices or dtypes (autocast): one by one
+            try:
+                stacked = torch.stack(ts)      # type: ignore[arg-type]
+            except RuntimeError:    # losses from several devices: one by one
+                dev = ts[0].device             # type: ignore[union-attr]
                 stacked = torch.stack([t.to(dev, torch.float64) for t in ts])  # type: ignore
-            values = stacked.tolist()
+            values = stacked.to(torch.float64).tolist()
             for i, v in zip(self._loss_pending, values):
                 self.loss_history_raw[i] = v
             self._loss_pending = []

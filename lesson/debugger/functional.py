@@ -85,12 +85,15 @@ class FunctionalWatch(TorchFunctionMode):
         if func in BACKWARD_FUNCTIONS:      # the forward is over: nothing more to see
             self.active = False
         out = func(*args, **kwargs)
-        on_activation, on_loss = self._on_activation(), self._on_loss()
-        if on_activation is None or on_loss is None:
-            self.active = False          # its debugger is gone
         if not self.active or (self.module_stack and self.module_stack[-1][1]):
             return out
         spec = ACTIVATION_FUNCTIONS.get(func)
+        if spec is None and func not in LOSS_FUNCTIONS:
+            return out                   # most calls: nothing to report
+        on_activation, on_loss = self._on_activation(), self._on_loss()
+        if on_activation is None or on_loss is None:
+            self.active = False          # its debugger is gone
+            return out
         if spec is not None:
             where = self.module_stack[-1][0] if self.module_stack else ""
             base = f"{where}/{spec[0]}" if where else spec[0]
@@ -121,10 +124,25 @@ def function_mode_on_top(mode: TorchFunctionMode) -> bool:
     return depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
 
 
+class _OffTheStack:
+    """The innermost torch function mode taken off the stack for a block, then put back."""
+
+    __slots__ = ("mode",)
+
+    def __enter__(self) -> None:
+        self.mode = torch._C._pop_torch_function_stack()
+
+    def __exit__(self, *exc: Any) -> None:
+        torch._C._push_on_torch_function_stack(self.mode)
+
+
+_NOTHING = contextlib.nullcontext()
+
+
 def outside(mode: TorchFunctionMode | None) -> contextlib.AbstractContextManager[Any]:
     """The debugger's own measuring code (module hooks, the loss and batch inspectors) runs
     with its mode taken off the stack: otherwise each of its tensor ops would pass through the
     mode too (about 230 calls on a full statistics step of a small CNN, a third of its cost)."""
     if mode is not None and function_mode_on_top(mode):
-        return torch.overrides._pop_mode_temporarily()
-    return contextlib.nullcontext()
+        return _OffTheStack()
+    return _NOTHING

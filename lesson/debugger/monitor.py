@@ -46,7 +46,7 @@ from torch.utils.hooks import RemovableHandle
 from lesson.debugger import rules
 from lesson.debugger.batches import BatchInspector
 from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
-from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, lr_of
+from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine
 from lesson.debugger.functional import (HOOKED_ELSEWHERE, FunctionalWatch,
                                        function_mode_on_top, leave_stale_modes, outside)
 from lesson.debugger.loss_inputs import LossInputInspector
@@ -63,9 +63,11 @@ DEFAULT_EVERY = 50
 what that costs, and what every=1 costs). The checks that need every batch do not wait for
 statistics steps: losses are all recorded, and the targets' class order is watched on every
 training step."""
-DEFAULT_FULL_EVERY = 100
-"""Steps between full statistics steps (see the module docstring): at every=100 and above every
-statistics step is a full one; at the default every=50, one in two; at every=1, one in 100."""
+DEFAULT_FULL_EVERY = 200
+"""Steps between full statistics steps (see the module docstring): at every=200 and above every
+statistics step is a full one; at the default every=50, one in four; at every=1, one in 200.
+What the full statistics describe persists or drifts slowly, and the warm-up takes them at every
+step, so a full record every 200 steps is enough; it is most of what statistics steps cost."""
 DEFAULT_WARMUP = 10
 """The first steps are always measured: short runs (the lesson's demo trains 20 to 50 steps)
 and early failures (lr too high, dead init) show there."""
@@ -160,6 +162,7 @@ class NetworkDebugger(Engine):
         self._scheduled_now = True             # _scheduled(_step), kept by _advance
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
+        self._lr_seen: Any = None              # the param group's lr object last looked at
         self._backward_since_forward = False
         self._backwards = 0
         self._forwards = 0
@@ -197,6 +200,7 @@ class NetworkDebugger(Engine):
         self._all_got_grad = False
         self._mode_modules: list[tuple[str, nn.Module]] = []
         self._signature: tuple[int, ...] = ()
+        self._module_list: list[nn.Module] = []
         self.loss_inspector = LossInputInspector()
         self.batch_inspector = BatchInspector()
         #: targets of losses the debugger was not given (F.* calls, another loss module),
@@ -236,21 +240,28 @@ class NetworkDebugger(Engine):
             self._guarded("forward", self._on_root_forward), with_kwargs=True))
         # random layers left on at evaluation, however applied (see lesson.debugger.stochastic)
         self._eval_probe = EvalDeterminismProbe(model, [], lambda: self._step, self._error)
-        self.hooks.append(model.register_forward_hook(
-            self._guarded("forward", self._after_root_forward), with_kwargs=True))
+        # the root output's checks: a statistics-step hook (Engine._attach_step_hooks), except
+        # on a compiled wrapper, whose own hooks run outside the graph and stay
+        self._root_output_hook = self._guarded("forward", self._on_root_output)
+        if self._compiled:
+            self.hooks.append(model.register_forward_hook(self._root_output_hook,
+                                                          with_kwargs=True))
         self._watch_model()
         if self.optimizer is not None:
-            self.hooks.append(self.optimizer.register_step_pre_hook(
-                self._guarded("optimizer step", self._on_step_pre)))
+            self._step_pre_hook = self._guarded("optimizer step", self._on_step_pre)
+            self._toggle_step_pre_hook(True)        # step 0 is a statistics step
             self.hooks.append(self.optimizer.register_step_post_hook(
                 self._guarded("optimizer step", self._on_step_post)))
         self._watch_optimizers()
 
     def _model_signature(self) -> tuple[int, ...]:
-        """What the watched set depends on: the modules, the parameters and which train."""
-        model = self.model
-        return (tuple(id(m) for m in model.modules())
-                + tuple(id(p) * 2 + p.requires_grad for p in model.parameters()))
+        """What the watched set depends on: the modules, the parameters and which train. Read
+        from the modules found last time (a module added or swapped anywhere changes its
+        parent's children), without walking the tree: it is checked every statistics step."""
+        mods = self._module_list
+        return (tuple([id(c) for m in mods for c in m._modules.values()])
+                + tuple([id(p) * 2 + p.requires_grad for m in mods
+                         for p in m._parameters.values() if p is not None]))
 
     def _watch_model(self) -> None:
         """(Re)build what is watched from the model as it is now: its watched modules, its
@@ -260,6 +271,7 @@ class NetworkDebugger(Engine):
         pinned_on = self._pinned and bool(self._attached_modules)
         self._attach_step_hooks(False, force=True)
         model = self.model
+        self._module_list = list(model.modules())
         self._signature = self._model_signature()
         self._step_hooks = []
         self._stack_step_hooks = [
@@ -421,7 +433,7 @@ class NetworkDebugger(Engine):
                 handles.pop(i).remove()
 
     def _check_sentinel(self) -> None:
-        """At a plain step's optimizer step: a sentinel that got no gradient while another
+        """After a plain step's optimizer step: a sentinel that got no gradient while another
         parameter holds one missed a backward (a head trained on some steps only, say), so
         every parameter is hooked from now on and the missed pass is counted (a .grad that
         zero_grad(set_to_none=False) left in a step without backward would count one pass too
@@ -459,10 +471,10 @@ class NetworkDebugger(Engine):
                 if self._passes_in_step >= 2 and self._grad_this_step[i] \
                         and self._params[i][1].grad is None:
                     self._cleared_this_step = True     # zero_grad() between two passes
+                self._count_pass()
             self._got_grad[i] = True
             self._grad_this_step[i] = True
             self._backward_since_forward = True
-            self._count_pass()
             if self._last_bw_gen[i] != self._opt_steps:
                 self._last_bw_gen[i] = self._opt_steps
                 name, p = self._params[i]
@@ -500,26 +512,30 @@ class NetworkDebugger(Engine):
                 and (self._backward_since_forward or self._backwards == 0):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
-        stats = self._is_stats_step()
-        if stats and self._model_signature() != self._signature:
-            self._watch_model()      # frozen, unfrozen, added or swapped since last time
-        if stats or self._attached_modules or self._attached_params:
-            self._attach_step_hooks(stats)
-        self._module_stack.clear()
-        collecting = stats and self._collecting()
-        if collecting:
-            self._enter_functional()
+        collecting = False
+        if self._scheduled_now and self._step != self._closed_step:    # _is_stats_step()
+            if self._model_signature() != self._signature:
+                self._watch_model()      # frozen, unfrozen, added or swapped since last time
+            self._attach_step_hooks(True)
+            self._module_stack.clear()
+            collecting = self._collecting()
+            if collecting:
+                self._enter_functional()
+        elif self._attached_modules or self._attached_params:
+            self._attach_step_hooks(False)
         # a pass with gradients but no backward before this one: an evaluation pass?
-        if self._last_pass_grad and not self._backward_since_forward \
-                and self._last_pass_train_modules:
+        if self._backward_since_forward:
+            self._nobackward_streak = 0
+            self._backward_since_forward = False
+        elif self._last_pass_grad and self._last_pass_train_modules:
             self._nobackward_streak += 1
             if self._nobackward_streak >= 3:
                 self.train_mode_eval.add(self._last_pass_train_modules, self._step)
-        elif self._backward_since_forward:
-            self._nobackward_streak = 0
-        self._backward_since_forward = False
-        train_names = [n for n, m in self._mode_modules if m.training]
-        eval_names = [n for n, m in self._mode_modules if not m.training]
+        train_names: list[str] = []
+        eval_names: list[str] = []
+        if self._mode_modules:
+            for n, m in self._mode_modules:
+                (train_names if m.training else eval_names).append(n)
         self._last_pass_grad = grad
         self._last_pass_train_modules = train_names
         if grad:
@@ -535,18 +551,14 @@ class NetworkDebugger(Engine):
                         self.batch_inspector.observe_inputs(x, step=self._step)
                 except Exception as exc:
                     self._error("batch inspector", exc)
-
-    def _after_root_forward(self, module: nn.Module, args: tuple[Any, ...],
-                            kwargs: dict[str, Any], output: Any) -> None:
-        """The root's one forward hook: the output's checks, then the evaluation probe (one
-        hook, not two: every forward pass pays for each)."""
-        try:
-            self._on_root_output(module, args, kwargs, output)
-        finally:
-            self._eval_probe.hook(module, args, kwargs, output)
+        if not grad or not module.training:         # an evaluation pass, maybe
+            self._eval_probe.observe(module, args, kwargs)
 
     def _on_root_output(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
+        """Statistics steps: the output of a pass that no loss can train ends the function
+        mode; the first trainable one has its graph searched for tensors the model does not
+        own."""
         out = first_tensor(output)
         if out is None or out.grad_fn is None or not torch.is_grad_enabled():
             # no loss on this output can be trained: the step's forward is over, and the
@@ -594,8 +606,6 @@ class NetworkDebugger(Engine):
         if self._functional is not None:
             self._exit_functional()
         if not self._is_stats_step():   # the bookkeeping bugs below persist: checked there
-            if self._sentinel is not None or not self._all_got_grad:
-                self._check_sentinel()
             return
         self._copy_params_without_grad(optimizer)
         held = self._holds(optimizer)
@@ -620,21 +630,32 @@ class NetworkDebugger(Engine):
         self._measure_weights_before_step(held)
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        stats = self._scheduled_now and self._step != self._closed_step   # _is_stats_step()
+        if not stats:
+            s = self._sentinel
+            if (s is not None and not self._grad_this_step[s]) or not self._all_got_grad:
+                self._check_sentinel()
         if self._before is not None:                # full steps (Engine)
             self._measure_updates()
         if self._no_grad_before is not None:
             self._measure_moves_without_grad()
-        if self._passes_in_step >= 2:
-            self._accumulating_steps += 1
-            if self._cleared_this_step:
-                self._cleared_steps.append(self._step)
-        self._passes_in_step, self._cleared_this_step = 0, False
-        group_lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
-        on_device = isinstance(group_lr, torch.Tensor) and group_lr.device.type != "cpu"
-        # an lr tensor on an accelerator is read on statistics steps only: no host sync between
-        lr = lr_of(optimizer) if not on_device or self._is_stats_step() else None
-        if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
-            self._lrs.append((self._step, lr))
+        if self._passes_in_step:
+            if self._passes_in_step >= 2:
+                self._accumulating_steps += 1
+                if self._cleared_this_step:
+                    self._cleared_steps.append(self._step)
+            self._passes_in_step, self._cleared_this_step = 0, False
+        groups = optimizer.param_groups
+        lr = groups[0].get("lr") if groups else None
+        if lr is not self._lr_seen or type(lr) is not float:   # a float kept: nothing new
+            self._lr_seen = lr
+            if isinstance(lr, torch.Tensor):
+                # an lr tensor on an accelerator is read on statistics steps only: no host sync
+                lr = float(lr) if lr.device.type == "cpu" or stats else None
+            elif lr is not None:
+                lr = float(lr)
+            if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
+                self._lrs.append((self._step, lr))
         self._opt_steps += 1
         self._advance()
 
@@ -668,11 +689,16 @@ class NetworkDebugger(Engine):
         self._moved_without_grad[name] = (count + 1, max(top, move))
 
     def _advance(self) -> None:
-        """End the current step: write its record if it was a statistics step."""
+        """End the current step: write its record if it was a statistics step, and make the
+        hooks ready for the next one (between statistics steps, nothing changes)."""
         if self._functional is not None:
             self._exit_functional()
-        if self._is_stats_step() and (self._buf or self.reducer is not None):
-            self._close()       # across ranks: on the schedule alone, never on local data
+        was_scheduled = self._scheduled_now
+        if was_scheduled:
+            if self._step != self._closed_step and (self._buf or self.reducer is not None):
+                self._close()   # across ranks: on the schedule alone, never on local data
+            if self._first_fired is not None and not self._sentinel_failed:
+                self._sentinel = self._first_fired
         if self._forwards == self._forwards_mark and not self._compiled and not self._pinned \
                 and any(self._grad_this_step):
             # gradients came, but the model's forward ran none of its hooks: it runs compiled
@@ -680,20 +706,26 @@ class NetworkDebugger(Engine):
             # trained). Module hooks now stay as dynamo traced them (see _attach_step_hooks).
             self._pinned = True
         self._forwards_mark = self._forwards
-        if self._scheduled_now and self._first_fired is not None and not self._sentinel_failed:
-            self._sentinel = self._first_fired
         self._step += 1
         self._scheduled_now = self._scheduled(self._step)
         if not self._scheduled_now:
-            if self._attached_modules or self._attached_params:
-                self._attach_step_hooks(False)
-            if self.hooks and len(self._param_handles) > 1:
-                self._set_fresh_hooks(every_param=False)
+            if not self.hooks:
+                pass
+            elif was_scheduled:       # the statistics step's hooks go
+                if self._attached_modules or self._attached_params:
+                    self._attach_step_hooks(False)
+                if len(self._param_handles) > 1:
+                    self._set_fresh_hooks(every_param=False)
+                self._toggle_step_pre_hook(False)
+            elif self._global_handles:    # kept one more step (see _toggle_global_hooks)
+                self._toggle_global_hooks(False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
-            if self._model_signature() != self._signature:
-                self._watch_model()
-            self._attach_step_hooks(True)
+            if (self._compiled or self._pinned) and self._model_signature() != self._signature:
+                self._watch_model()         # otherwise the root's pre-hook looks (the user may
+            self._attach_step_hooks(True)   # still freeze something before the forward)
             self._set_fresh_hooks(every_param=True)
+            self._toggle_step_pre_hook(True)
+            self._toggle_global_hooks(True)
             self._first_fired = None
         if self.reducer is not None:
             self.reducer.step = self._step
@@ -702,6 +734,12 @@ class NetworkDebugger(Engine):
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
+        raw = self.loss_history_raw
+        if type(loss_value) is torch.Tensor and not loss_value.requires_grad \
+                and loss_value.dim() == 0 and not self._removed:
+            raw.append(loss_value)          # the common `loss.detach()`: kept as it is
+            self._loss_pending.append(len(raw) - 1)
+            return
         if self._removed:
             self._warn_if_removed("record_loss")
         self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
@@ -862,6 +900,10 @@ class NetworkDebugger(Engine):
             handle.remove()
         self.hooks.clear()
         self._param_handles = {}
+        self._toggle_step_pre_hook(False)
+        for handle in self._global_handles:
+            handle.remove()
+        self._global_handles = []
         self._attach_step_hooks(False, force=True)
         self._exit_functional()
         self._removed = True

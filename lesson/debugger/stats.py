@@ -183,10 +183,11 @@ def _host_array(tensors: list[torch.Tensor]) -> np.ndarray:
     """All of `tensors`, flattened and joined, as one float64 array on the host: one copy."""
     if not tensors:
         return np.zeros(0)
-    device = tensors[0].device
-    if any(t.device != device for t in tensors):        # a model split across devices
-        tensors = [t.to(device) for t in tensors]
-    joined = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
+    try:
+        joined = torch.cat(tensors)     # the accumulators are 1-dim, on one device
+    except RuntimeError:                # a 0-dim one, or a model split across devices
+        device = tensors[0].device
+        joined = torch.cat([t.to(device).reshape(-1) for t in tensors])
     if joined.dtype not in (torch.float32, torch.float64):   # e.g. a bfloat16 loss
         joined = joined.float()
     return joined.cpu().numpy().astype(np.float64)
@@ -281,24 +282,32 @@ class StepBuffer:
                  for b in buffers]
         tensors = [t for ts in parts for t in ts]
         host = _host_array(tensors)
-        out, i = [], 0
+        sizes = [t.numel() for t in tensors]
+        out, i, j = [], 0, 0
         for b, ts in zip(buffers, parts):
-            n = sum(t.numel() for t in ts)
+            own = sizes[j:j + len(ts)]
+            j += len(ts)
+            n = sum(own)
             counts = np.asarray([c for k in b.counts for c in b.counts[k]], dtype=np.float64)
-            out.append(b._split(host[i:i + n], counts, list(b.counts)))
+            out.append(b._split(host[i:i + n], counts, list(b.counts), own))
             i += n
         return out
 
-    def _split(self, host: np.ndarray, counts: np.ndarray, count_keys: list[Hashable]
-               ) -> dict[str, dict[Hashable, np.ndarray]]:
-        """Cut the host copy (sums, maxima, values in order) and the counts back into keys."""
+    def _split(self, host: np.ndarray, counts: np.ndarray, count_keys: list[Hashable],
+               sizes: list[int] | None = None) -> dict[str, dict[Hashable, np.ndarray]]:
+        """Cut the host copy (sums, maxima, values in order; `sizes` their numel) and the
+        counts back into keys."""
         out: dict[str, dict[Hashable, np.ndarray]] = {"sums": {}, "maxes": {}, "values": {},
                                                       "counts": {}}
-        i = 0
+        if sizes is None:
+            sizes = [t.numel() for part in (self.sums, self.maxes, self.values)
+                     for t in part.values()]
+        i, k = 0, 0
         for name, part in (("sums", self.sums), ("maxes", self.maxes), ("values", self.values)):
-            for key, t in part.items():
-                out[name][key] = host[i:i + t.numel()]
-                i += t.numel()
+            for key in part:
+                out[name][key] = host[i:i + sizes[k]]
+                i += sizes[k]
+                k += 1
         i = 0
         for key in count_keys:
             out["counts"][key] = counts[i:i + len(self.counts[key])]

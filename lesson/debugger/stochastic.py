@@ -58,7 +58,7 @@ def _slice(value: Any, n: int, k: int) -> Any:
 
 
 class EvalDeterminismProbe:
-    """Attach with `probe.hook` as a forward hook (with_kwargs=True) on the root module."""
+    """Call `probe.observe` from the root module's forward pre-hook (with_kwargs=True)."""
 
     def __init__(self, model: nn.Module, mode_modules: list[nn.Module],
                  step: Callable[[], int], on_error: Callable[[str, Exception], None]) -> None:
@@ -71,8 +71,8 @@ class EvalDeterminismProbe:
         return (not torch.is_grad_enabled() or not self.model.training) \
             and not any(m.training for m in self.mode_modules)
 
-    def hook(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-             output: Any) -> None:
+    def observe(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Before an evaluation pass (the first PROBES of them): run it twice more."""
         if self._busy or self.evidence.probes >= PROBES or not self._evaluating():
             return
         x = _first_tensor(args) if args else _first_tensor(kwargs)
