@@ -567,6 +567,53 @@ def test_between_statistics_steps_a_backward_runs_one_gradient_hook():
     assert ev.backwards == 51 and ev.never_grad == [] and dbg.diagnose() == []
 
 
+def test_between_statistics_steps_the_model_and_optimizer_carry_two_hooks():
+    """Between statistics steps the root module keeps its forward pre-hook only and the
+    optimizer its post-step hook only (no global optimizer hook is left); the output checks,
+    the pre-step measurements and the search for other optimizers come back for a statistics
+    step, before its forward."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    dbg = NetworkDebugger(model, opt)
+    from torch.optim.optimizer import _global_optimizer_pre_hooks as global_pre
+    before = len(global_pre)
+    train(model, opt, dbg, 12)                        # warm-up, then two plain steps
+    assert len(model._forward_pre_hooks) == 1 and not model._forward_hooks
+    assert not opt._optimizer_step_pre_hooks and len(opt._optimizer_step_post_hooks) == 1
+    assert len(global_pre) == before - 1              # ours is gone, nobody else's
+    train(model, opt, dbg, 38, start=12)              # the next step (50) is a statistics step
+    assert len(model._forward_hooks) == 1 and all(m._forward_hooks for m in model)
+    assert len(opt._optimizer_step_pre_hooks) == 1 and len(global_pre) == before
+    train(model, opt, dbg, 10, start=50)
+    assert dbg.diagnose() == [] and dbg.errors == []
+    dbg.close()
+    assert len(global_pre) == before - 1 and not opt._optimizer_step_pre_hooks
+
+
+def test_a_second_optimizer_that_steps_after_ours_is_seen():
+    """The global optimizer hooks come only with statistics steps. A second optimizer that
+    steps after the debugger's own in the loop steps in the debugger's next step, which they
+    are attached for when it is a statistics step: one that starts after the warm-up is found
+    all the same, and its tensors are not called unstepped."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    ours = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    other = torch.optim.SGD(model[2].parameters(), lr=0.05)
+    dbg = NetworkDebugger(model, ours)
+    g = torch.Generator().manual_seed(0)
+    for step in range(120):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+        ours.zero_grad()
+        other.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        ours.step()
+        if step >= 30:                                # the head's optimizer joins late
+            other.step()
+    assert other in dbg._seen_optimizers
+    assert "PARAMS_NOT_UPDATED" not in [f.code for f in dbg.diagnose()]
+
+
 def test_a_head_trained_on_some_steps_only_leaves_every_parameter_hooked():
     """Two heads trained on alternate steps: the sentinel (one head's bias) misses every other
     backward, so the debugger hooks every parameter from then on. No backward goes uncounted

@@ -3,11 +3,12 @@
 `lesson.debugger.monitor` says what the debugger measures, when, and how it decides. This module
 holds what it takes to do that without slowing the user's training:
 
-* **hooks that come and go**: the model's persistent hooks are few (the root module's forward
-  hooks, the optimizer's step hooks, and between statistics steps one fresh-gradient hook, the
-  sentinel's: see NetworkDebugger._set_fresh_hooks); the measuring hooks on every watched
-  module and accumulated gradient are attached for a statistics step and removed after it, so
-  between statistics steps `nn.Module` takes its fast path;
+* **hooks that come and go**: between statistics steps three Python hooks run per step: the
+  root module's forward pre-hook, the optimizer's post-step hook, and one fresh-gradient hook,
+  the sentinel's (see NetworkDebugger._set_fresh_hooks). Everything else (the measuring hooks
+  on every watched module and accumulated gradient, the root's output hook, the optimizer's
+  pre-step hook, the global optimizer hooks) is attached for a statistics step and removed
+  after it, so between statistics steps `nn.Module` takes its fast path below the root;
 * **one buffer per step**: every statistic of a step is a reducible accumulator in one
   `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
   then decoded into a plain-Python record;
@@ -242,8 +243,8 @@ class Engine:
     def _toggle_global_hooks(self, on: bool) -> None:
         """Attach (on) or detach the global optimizer hooks. With an optimizer passed in they
         only discover the others, whose steps the statistics steps judge: they are attached
-        from a statistics step to the end of the step after it (a second optimizer that steps
-        after ours steps in our next step), and the warm-up sees one that steps now and then.
+        for statistics steps (from the end of the step before, so a second optimizer that steps
+        after ours in the loop is seen too), and the warm-up sees one that steps now and then.
         Without one they find it and then drive the step bookkeeping: always attached."""
         on = on or not self._explicit_optimizer
         if on and not self._global_handles and not self._removed:

@@ -717,7 +717,6 @@ class NetworkDebugger(Engine):
                 if len(self._param_handles) > 1:
                     self._set_fresh_hooks(every_param=False)
                 self._toggle_step_pre_hook(False)
-            elif self._global_handles:    # kept one more step (see _toggle_global_hooks)
                 self._toggle_global_hooks(False)
         elif self.hooks:       # ready before the forward: a compiled forward runs no root hook
             if (self._compiled or self._pinned) and self._model_signature() != self._signature:
