@@ -32,7 +32,7 @@ functional calls (F.relu in the CNN, the encoder layer's own F.relu) that the de
 on statistics steps.
 
 Usage: python benchmarks/bench_monitor_overhead.py [--rounds 16] [--steps 50] [--clock cpu]
-       [--chunk 1]
+       [--chunk 1] [--models mlp,cnn,encoder] [--second-only]
 Targets (issue 2, 16): ours every=1 <= 1.10, ours default <= 1.02 on all three models.
 """
 from __future__ import annotations
