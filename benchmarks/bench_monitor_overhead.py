@@ -107,10 +107,10 @@ def main() -> None:
     models = args.models.split(",")
     if unknown := set(models) - set(MODELS):
         parser.error(f"--models: unknown {sorted(unknown)}; choose from {', '.join(MODELS)}")
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    chunk_turns = max(1, min(args.chunk, args.steps))
     if args.second_only:
-        default_schedule_ratios(args.rounds, args.steps, time.perf_counter if args.clock ==
-                                "wall" else time.process_time, max(1, min(args.chunk,
-                                                                          args.steps)), models)
+        default_schedule_ratios(args.rounds, args.steps, clock, chunk_turns, models)
         return
     # the lesson's full backward hook warns on the first layer (one of the flaws it is compared on)
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -131,8 +131,6 @@ def main() -> None:
         elif name == "lesson's way":
             dbg = LessonStyleDebugger(model)
         configs[name] = {"model": model, "opt": opt, "dbg": dbg}
-
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
 
     def block(cfg: dict[str, object], steps: int) -> float:
         model, opt, dbg = cfg["model"], cfg["opt"], cfg["dbg"]
@@ -173,8 +171,7 @@ def main() -> None:
     for n, rs in ratios.items():
         q1, _, q3 = statistics.quantiles(rs, n=4)
         print(f"{n:<20} {statistics.median(rs):>7.3f} {q1:>6.3f}-{q3:.3f}  {targets[n]}")
-    default_schedule_ratios(args.rounds, args.steps, clock, max(1, min(args.chunk, args.steps)),
-                            models)
+    default_schedule_ratios(args.rounds, args.steps, clock, chunk_turns, models)
 
 
 class SmallCNN(nn.Module):

@@ -182,16 +182,11 @@ class Engine:
 
         def hook(p: torch.Tensor) -> None:
             debugger = me()
-            if debugger is None or torch.compiler.is_compiling():
+            if debugger is None:
                 return
-            hooks = debugger._param_step_hooks
+            hooks = debugger._param_step_hooks       # (parameter, guarded hook)
             if i < len(hooks) and hooks[i][0] is p:
-                try:                                # as _guarded does
-                    hooks[i][1](p)
-                except TrainingAlert:
-                    raise
-                except Exception as exc:
-                    debugger._error("backward", exc)
+                hooks[i][1](p)
         return hook
 
     def _error(self, where: str, exc: Exception) -> None:

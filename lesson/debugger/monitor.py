@@ -162,7 +162,6 @@ class NetworkDebugger(Engine):
         self._scheduled_now = True             # _scheduled(_step), kept by _advance
         self._opt_steps = 0
         self._lrs: list[tuple[int, float]] = []   # (step, lr) whenever the lr changed
-        self._lr_seen: Any = None              # the param group's lr object last looked at
         self._backward_since_forward = False
         self._backwards = 0
         self._forwards = 0
@@ -305,7 +304,8 @@ class NetworkDebugger(Engine):
         self._fresh_hooks = [self._guarded(n, self._fresh_grad_hook(i))
                              for i, (n, _) in enumerate(self._params)]
         self._set_fresh_hooks(every_param=True)
-        self._param_step_hooks = [(p, self._grad_hook(i)) for i, (_, p) in enumerate(self._params)]
+        self._param_step_hooks = [(p, self._guarded("backward", self._grad_hook(i)))
+                                  for i, (_, p) in enumerate(self._params)]
         self._mode_modules = [(n, m) for n, m in model.named_modules()
                               if isinstance(m, MODE_DEPENDENT)]
         self._eval_probe.mode_modules = [m for _, m in self._mode_modules]
@@ -513,7 +513,7 @@ class NetworkDebugger(Engine):
             self._advance()       # no optimizer: a pass after a backward starts a new step
         self._forwards += 1
         collecting = False
-        if self._scheduled_now and self._step != self._closed_step:    # _is_stats_step()
+        if self._is_stats_step():
             if self._model_signature() != self._signature:
                 self._watch_model()      # frozen, unfrozen, added or swapped since last time
             self._attach_step_hooks(True)
@@ -630,7 +630,7 @@ class NetworkDebugger(Engine):
         self._measure_weights_before_step(held)
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        stats = self._scheduled_now and self._step != self._closed_step   # _is_stats_step()
+        stats = self._is_stats_step()
         if not stats:
             s = self._sentinel
             if (s is not None and not self._grad_this_step[s]) or not self._all_got_grad:
@@ -645,17 +645,14 @@ class NetworkDebugger(Engine):
                 if self._cleared_this_step:
                     self._cleared_steps.append(self._step)
             self._passes_in_step, self._cleared_this_step = 0, False
-        groups = optimizer.param_groups
-        lr = groups[0].get("lr") if groups else None
-        if lr is not self._lr_seen or type(lr) is not float:   # a float kept: nothing new
-            self._lr_seen = lr
-            if isinstance(lr, torch.Tensor):
-                # an lr tensor on an accelerator is read on statistics steps only: no host sync
-                lr = float(lr) if lr.device.type == "cpu" or stats else None
-            elif lr is not None:
-                lr = float(lr)
-            if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
-                self._lrs.append((self._step, lr))
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        if isinstance(lr, torch.Tensor):
+            # an lr tensor on an accelerator is read on statistics steps only: no host sync
+            lr = float(lr) if lr.device.type == "cpu" or stats else None
+        elif lr is not None:
+            lr = float(lr)
+        if lr is not None and (not self._lrs or self._lrs[-1][1] != lr):
+            self._lrs.append((self._step, lr))
         self._opt_steps += 1
         self._advance()
 
@@ -709,9 +706,7 @@ class NetworkDebugger(Engine):
         self._step += 1
         self._scheduled_now = self._scheduled(self._step)
         if not self._scheduled_now:
-            if not self.hooks:
-                pass
-            elif was_scheduled:       # the statistics step's hooks go
+            if was_scheduled and self.hooks:        # the statistics step's hooks go
                 if self._attached_modules or self._attached_params:
                     self._attach_step_hooks(False)
                 if len(self._param_handles) > 1:
@@ -733,21 +728,15 @@ class NetworkDebugger(Engine):
     # -- losses -------------------------------------------------------------------------------
     def record_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one training loss: a number, or a 0-dim tensor read later without a sync."""
-        raw = self.loss_history_raw
-        if type(loss_value) is torch.Tensor and not loss_value.requires_grad \
-                and loss_value.dim() == 0 and not self._removed:
-            raw.append(loss_value)          # the common `loss.detach()`: kept as it is
-            self._loss_pending.append(len(raw) - 1)
-            return
         if self._removed:
             self._warn_if_removed("record_loss")
-        self.loss_history_raw.append(self._loss_value(loss_value, "loss"))
-        if isinstance(self.loss_history_raw[-1], torch.Tensor):
-            self._loss_pending.append(len(self.loss_history_raw) - 1)
-        elif self.reducer is not None:     # across ranks every loss is averaged at the record
-            self.loss_history_raw[-1] = torch.tensor(self.loss_history_raw[-1],
-                                                     dtype=torch.float64)
-            self._loss_pending.append(len(self.loss_history_raw) - 1)
+        value = self._loss_value(loss_value, "loss")
+        if not isinstance(value, torch.Tensor) and self.reducer is not None:
+            value = torch.tensor(value, dtype=torch.float64)  # averaged across ranks at the record
+        raw = self.loss_history_raw
+        raw.append(value)
+        if isinstance(value, torch.Tensor):
+            self._loss_pending.append(len(raw) - 1)
 
     def record_val_loss(self, loss_value: float | torch.Tensor) -> None:
         """Record one validation loss (read at once: validation is rare; a NaN is reported)."""
