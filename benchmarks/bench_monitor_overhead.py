@@ -31,15 +31,24 @@ and one transformer encoder layer (d_model 128, 4 heads, 32 sequences of 32 toke
 functional calls (F.relu in the CNN, the encoder layer's own F.relu) that the debugger watches
 on statistics steps.
 
+The allocator: glibc's malloc hands freed memory back to the system and takes it again with
+page faults, a few hundred per step of the small CNN here (3.3 ms steps took 6 ms that way),
+and how many falls on one copy or another by the luck of where its tensors lie in the heap, not
+by configuration. So the benchmark runs itself with malloc's mmap and trim thresholds fixed
+(GLIBC_TUNABLES, the setting PyTorch's CPU tuning guides give, beside jemalloc or tcmalloc);
+`--system-malloc` keeps the system's defaults. The debugger's own page faults still count.
+
 Usage: python benchmarks/bench_monitor_overhead.py [--rounds 16] [--steps 50] [--clock cpu]
-       [--chunk 1] [--models mlp,cnn,encoder] [--second-only]
+       [--chunk 1] [--models mlp,cnn,encoder] [--second-only] [--system-malloc]
 Targets (issue 2, 16): ours every=1 <= 1.10, ours default <= 1.02 on all three models.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
+import sys
 import time
 import warnings
 from typing import Callable, Sequence
@@ -54,6 +63,17 @@ from lesson.debugger.monitor import DEFAULT_EVERY, DEFAULT_FULL_EVERY, NetworkDe
 
 #: statistics periods in one whole period of the default schedule (one full step in it)
 PERIODS = DEFAULT_FULL_EVERY // DEFAULT_EVERY
+
+#: glibc malloc settings the benchmark runs under (see the docstring): memory freed by a step
+#: stays in the heap for the next one instead of going back to the system
+STEADY_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
+
+def run_with_steady_malloc() -> None:
+    """Run this script again under STEADY_MALLOC, unless it already is (or another is set)."""
+    if "GLIBC_TUNABLES" not in os.environ:
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "GLIBC_TUNABLES": STEADY_MALLOC})
 
 
 class LessonStyleDebugger:
@@ -103,7 +123,12 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,cnn,encoder",
                         help="second table: which models (comma-separated)")
     parser.add_argument("--second-only", action="store_true", help="skip the first table")
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="keep glibc's malloc defaults (see the docstring)")
     args = parser.parse_args()
+    if not args.system_malloc:
+        run_with_steady_malloc()
+    print(f"malloc: GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '(system defaults)')}")
     models = args.models.split(",")
     if unknown := set(models) - set(MODELS):
         parser.error(f"--models: unknown {sorted(unknown)}; choose from {', '.join(MODELS)}")

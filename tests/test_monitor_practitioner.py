@@ -591,6 +591,32 @@ def test_between_statistics_steps_the_model_and_optimizer_carry_two_hooks():
     assert len(global_pre) == before - 1 and not opt._optimizer_step_pre_hooks
 
 
+def test_between_statistics_steps_autograd_calls_no_python_for_unhooked_parameters():
+    """A tensor whose hooks were all removed keeps an empty hook table, and autograd calls
+    into Python for it at every backward all the same: the debugger drops the tables it
+    emptied (all but the sentinel's), and leaves a table with the user's own hook in it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    seen = []
+    model[0].weight.register_hook(lambda g: seen.append(1))
+    dbg = NetworkDebugger(model, opt)
+    train(model, opt, dbg, 12)                        # warm-up, then two plain steps
+    params = list(model.parameters())
+    sentinel = dbg._params[dbg._sentinel][1]
+    assert all(p._post_accumulate_grad_hooks is None for p in params)
+    assert [p._backward_hooks is None for p in params if p is not sentinel] \
+        == [False, True, True]                        # only the user's weight keeps a table
+    assert len(model[0].weight._backward_hooks) == 1 and len(sentinel._backward_hooks) == 1
+    train(model, opt, dbg, 38, start=12)              # statistics step 50: every table again
+    assert all(p._post_accumulate_grad_hooks for p in params)
+    train(model, opt, dbg, 10, start=50)
+    assert len(seen) == 60 and dbg.errors == [] and dbg.history[-1]["step"] == 50
+    dbg.close()
+    assert [p._backward_hooks is None for p in params] == [False, True, True, True]
+    assert all(p._post_accumulate_grad_hooks is None for p in params)
+
+
 def test_a_second_optimizer_that_steps_after_ours_is_seen():
     """The global optimizer hooks come only with statistics steps. A second optimizer that
     steps after the debugger's own in the loop steps in the debugger's next step, which they

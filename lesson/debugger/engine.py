@@ -51,6 +51,23 @@ MAX_ERRORS = 20
 """Internal errors kept in `errors` (a statistic that failed never breaks the user's training)."""
 
 
+def remove_tensor_hooks(handles: Sequence[RemovableHandle], tensors: Sequence[torch.Tensor]
+                        ) -> None:
+    """Remove hooks from tensors, and drop a tensor's hook table once it is empty again.
+
+    Autograd calls into Python for a tensor that has a hook table, empty or not: it takes the
+    GIL back and wraps the gradient in a Python tensor, for every such parameter at every
+    backward (two tables per parameter; a 7-parameter MLP's step, 2.7 us). A table that still
+    holds the user's own hooks is left as it is."""
+    for handle in handles:
+        handle.remove()
+    for t in tensors:
+        if t._backward_hooks is not None and not t._backward_hooks:
+            t._backward_hooks = None
+        if t._post_accumulate_grad_hooks is not None and not t._post_accumulate_grad_hooks:
+            t._post_accumulate_grad_hooks = None
+
+
 def lr_of(optimizer: torch.optim.Optimizer) -> float | None:
     """The first parameter group's learning rate, or None."""
     if not optimizer.param_groups:
@@ -166,8 +183,7 @@ class Engine:
                     for i, (p, _) in enumerate(self._param_step_hooks) if p.requires_grad]
         elif not on:
             if self._attached_params:
-                for handle in self._attached_params:
-                    handle.remove()
+                remove_tensor_hooks(self._attached_params, [p for p, _ in self._param_step_hooks])
                 self._attached_params = []
             if self._attached_modules and not modules_fixed:
                 for handle in self._attached_modules:

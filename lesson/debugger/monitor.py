@@ -46,7 +46,7 @@ from torch.utils.hooks import RemovableHandle
 from lesson.debugger import rules
 from lesson.debugger.batches import BatchInspector
 from lesson.debugger.distributed import compiled_inner, is_compiled, unwrap
-from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine
+from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, remove_tensor_hooks
 from lesson.debugger.functional import (HOOKED_ELSEWHERE, FunctionalWatch,
                                        function_mode_on_top, leave_stale_modes, outside)
 from lesson.debugger.loss_inputs import LossInputInspector
@@ -285,8 +285,7 @@ class NetworkDebugger(Engine):
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
         old = {id(p): (got, now, gen) for (_, p), got, now, gen in
                zip(self._params, self._got_grad, self._grad_this_step, self._last_bw_gen)}
-        for handle in self._param_handles.values():
-            handle.remove()
+        remove_tensor_hooks(list(self._param_handles.values()), [p for _, p in self._params])
         self._param_handles = {}
         self._sentinel = self._first_fired = None       # indices change: chosen again
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -429,8 +428,8 @@ class NetworkDebugger(Engine):
                 if i not in handles and p.requires_grad:
                     handles[i] = p.register_hook(self._fresh_hooks[i])
         else:
-            for i in [i for i in handles if i != self._sentinel]:
-                handles.pop(i).remove()
+            drop = [i for i in handles if i != self._sentinel]
+            remove_tensor_hooks([handles.pop(i) for i in drop], [self._params[i][1] for i in drop])
 
     def _check_sentinel(self) -> None:
         """After a plain step's optimizer step: a sentinel that got no gradient while another
@@ -884,8 +883,9 @@ class NetworkDebugger(Engine):
 
     def remove_hooks(self) -> None:
         """Detach every hook from the model, its parameters, the optimizer and the criterion."""
-        for handle in self.hooks + list(self._param_handles.values()):
+        for handle in self.hooks:
             handle.remove()
+        remove_tensor_hooks(list(self._param_handles.values()), [p for _, p in self._params])
         self.hooks.clear()
         self._param_handles = {}
         self._toggle_step_pre_hook(False)
