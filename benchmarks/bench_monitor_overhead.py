@@ -35,8 +35,9 @@ The allocator: glibc's malloc hands freed memory back to the system and takes it
 page faults, a few hundred per step of the small CNN here (3.3 ms steps took 6 ms that way),
 and how many falls on one copy or another by the luck of where its tensors lie in the heap, not
 by configuration. So the benchmark runs itself with malloc's mmap and trim thresholds fixed
-(GLIBC_TUNABLES, the setting PyTorch's CPU tuning guides give, beside jemalloc or tcmalloc);
-`--system-malloc` keeps the system's defaults. The debugger's own page faults still count.
+(GLIBC_TUNABLES; the same trouble is why PyTorch's performance tuning guide advises jemalloc
+or tcmalloc on the CPU). `--system-malloc` keeps glibc's defaults. The debugger's own page
+faults still count.
 
 Usage: python benchmarks/bench_monitor_overhead.py [--rounds 16] [--steps 50] [--clock cpu]
        [--chunk 1] [--models mlp,cnn,encoder] [--second-only] [--system-malloc]

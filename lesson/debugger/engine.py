@@ -8,7 +8,8 @@ holds what it takes to do that without slowing the user's training:
   the sentinel's (see NetworkDebugger._set_fresh_hooks). Everything else (the measuring hooks
   on every watched module and accumulated gradient, the root's output hook, the optimizer's
   pre-step hook, the global optimizer hooks) is attached for a statistics step and removed
-  after it, so between statistics steps `nn.Module` takes its fast path below the root;
+  after it, so between statistics steps `nn.Module` takes its fast path below the root, and
+  autograd calls no Python for the other parameters (remove_tensor_hooks);
 * **one buffer per step**: every statistic of a step is a reducible accumulator in one
   `StepBuffer`, copied to the host in one transfer (or 16 light records at a time, RECORD_BATCH),
   then decoded into a plain-Python record;
