@@ -298,13 +298,14 @@ class Finding:
 
 
 #: cause -> the codes it can produce downstream. A missing zero_grad() makes the summed
-#: gradients grow, which reads as a learning rate too high, then as exploding gradients and NaN.
+#: gradients grow, which reads as a learning rate too high, then as exploding gradients and NaN;
+#: it also leaves a frozen parameter its last gradient, which the optimizer keeps applying.
 #: Some pairs go both ways (a too-high rate blows activations up; blown-up activations make the
 #: loss climb as a too-high rate does): within one run, the one seen first explains the other.
 EXPLAINS: dict[str, tuple[str, ...]] = {
     "PARAMS_NOT_UPDATED": ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT"),
     "MISSING_ZERO_GRAD": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
-                          "NAN_OR_INF"),
+                          "NAN_OR_INF", "FROZEN_PARAMS_MOVE"),
     "UNNORMALIZED_INPUTS": ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH",
                             "NAN_OR_INF", "DEAD_NEURONS"),
     "SYMMETRIC_WEIGHTS": ("COLLAPSED_ACTIVATIONS",),

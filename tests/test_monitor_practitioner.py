@@ -672,3 +672,29 @@ def test_a_head_trained_on_some_steps_only_leaves_every_parameter_hooked():
     assert ev.backwards == 120 and ev.never_grad == []
     assert not {"NO_GRADIENT", "TRAIN_MODE_DURING_EVAL", "EVAL_MODE_DURING_TRAINING"} & {
         f.code for f in dbg.diagnose()}
+
+
+def test_a_frozen_layer_moved_by_a_missing_zero_grad_is_named_its_consequence():
+    """Without zero_grad() a layer frozen mid-run keeps its last gradient, and the optimizer
+    goes on applying it: the layer moves (the symptom), FROZEN_PARAMS_MOVE says so, and the
+    report puts the cause first, MISSING_ZERO_GRAD, with the move linked to it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    dbg = NetworkDebugger(model, opt)
+    g = torch.Generator().manual_seed(0)
+    for step in range(300):
+        if step == 100:
+            model[0].requires_grad_(False)
+            frozen = model[0].weight.detach().clone()
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()                               # no zero_grad() anywhere
+        opt.step()
+        dbg.record_loss(loss.detach())
+    assert not torch.equal(model[0].weight, frozen)   # "frozen", and it moved
+    findings = dbg.diagnose()
+    codes = [f.code for f in findings]
+    assert codes[0] == "MISSING_ZERO_GRAD" and "FROZEN_PARAMS_MOVE" in codes
+    moved = next(f for f in findings if f.code == "FROZEN_PARAMS_MOVE")
+    assert moved.explained_by == "MISSING_ZERO_GRAD" and dbg.errors == []
