@@ -476,13 +476,14 @@ class NetworkDebugger(Engine):
             self._backward_since_forward = True
             if self._last_bw_gen[i] != self._opt_steps:
                 self._last_bw_gen[i] = self._opt_steps
-                name, p = self._params[i]
-                if self._opt_steps > 0 and p.grad is not None and self._is_stats_step():
-                    try:  # gradient left over from before the last optimizer step
-                        stale = torch.linalg.vector_norm(p.grad.detach().float())
-                        self._buf.set_sum(("stale", name), (stale * stale).reshape(1))
-                    except Exception as exc:
-                        self._error(name, exc)
+                if self._opt_steps > 0 and self._is_stats_step():
+                    name, p = self._params[i]
+                    if p.grad is not None:   # left over from before the last optimizer step
+                        try:
+                            stale = torch.linalg.vector_norm(p.grad.detach().float())
+                            self._buf.set_sum(("stale", name), (stale * stale).reshape(1))
+                        except Exception as exc:
+                            self._error(name, exc)
         return hook
 
     def _grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
