@@ -58,7 +58,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workload import make_batch, make_model
+from workload import make_batch, make_model, train_steps
 
 from lesson.debugger.monitor import DEFAULT_EVERY, DEFAULT_FULL_EVERY, NetworkDebugger
 
@@ -160,15 +160,8 @@ def main() -> None:
 
     def block(cfg: dict[str, object], steps: int) -> float:
         model, opt, dbg = cfg["model"], cfg["opt"], cfg["dbg"]
-        start = clock()
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = criterion(model(x), y)
-            if isinstance(dbg, NetworkDebugger):
-                dbg.record_loss(loss.detach())
-            loss.backward()
-            opt.step()
-        return (clock() - start) / steps
+        recorder = dbg if isinstance(dbg, NetworkDebugger) else None   # the lesson's has none
+        return train_steps(model, opt, criterion, x, y, recorder, steps, clock) / steps
 
     for cfg in configs.values():          # warm-up: allocator, the debugger's warm-up steps
         block(cfg, 12)
@@ -265,15 +258,7 @@ def default_schedule_ratios(rounds: int, steps: int, clock: Callable[[], float],
 
         def block(key: tuple[str, int], n: int) -> float:
             model, opt, dbg = runs[key]
-            start = clock()
-            for _ in range(n):
-                opt.zero_grad()
-                loss = criterion(model(x), y)
-                if dbg is not None:
-                    dbg.record_loss(loss.detach())
-                loss.backward()
-                opt.step()
-            return clock() - start
+            return train_steps(model, opt, criterion, x, y, dbg, n, clock)
         for key in runs:        # warm-up; the debugger's copies one period apart
             block(key, 12 + (key[1] * steps if key[0] == "ours default" else 0))
         ratios, control, plain = [], [], []

@@ -22,13 +22,12 @@ import argparse
 import os
 import random
 import statistics
-import time
 
 import torch
 from torch import nn
 
 from bench_monitor_overhead import STEADY_MALLOC, EncoderLayer, SmallCNN, run_with_steady_malloc
-from workload import make_model
+from workload import make_model, train_steps
 
 from lesson.debugger.monitor import NetworkDebugger
 
@@ -80,14 +79,7 @@ def main() -> None:
 
     def step(model: nn.Module, opt: torch.optim.Optimizer,
              debugger: NetworkDebugger | None) -> float:
-        start = time.perf_counter()
-        opt.zero_grad()
-        loss = criterion(model(x), y)
-        if debugger is not None:
-            debugger.record_loss(loss.detach())
-        loss.backward()
-        opt.step()
-        return time.perf_counter() - start
+        return train_steps(model, opt, criterion, x, y, debugger)
 
     for arm in arms:                         # warm-up: allocator, the debugger's warm-up steps
         for _ in range(20):
