@@ -108,6 +108,33 @@ def test_hint_shows_one_more_each_time_and_remembers(tmp_path, capsys):
     assert Progress(root).get("ex2_dead_neurons").hints_shown == len(hints)
 
 
+def test_check_and_hint_without_a_name_take_the_first_exercise_not_done(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Like `watch` (and rustlings): no name means the current exercise, in course order."""
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients", "ex2_dead_neurons"])
+    first, second = EXERCISES[0], EXERCISES[1]
+    assert cli("hint", root) == 0
+    assert f"Hint 1 of {len(first.hints)} for {first.name}" in capsys.readouterr().out
+    assert Progress(root).get(first.name).hints_shown == 1
+    checked = []
+    monkeypatch.setattr(commands, "check", lambda r, ex, *a, **k: checked.append(ex.name) or 0)
+    assert cli("check", root) == 0 and checked == [first.name]
+    progress = Progress(root)
+    progress.get(first.name).status = DONE
+    progress.save()
+    assert commands.current_exercise(root, EXERCISES) == second
+    assert cli("hint", root) == 0
+    assert Progress(root).get(second.name).hints_shown == 1
+    assert cli("check", root) == 0 and checked == [first.name, second.name]
+    progress = Progress(root)
+    for ex in EXERCISES:
+        progress.get(ex.name).status = DONE
+    progress.save()
+    capsys.readouterr()
+    assert cli("check", root) == 0 and len(checked) == 2
+    assert "Every exercise passes" in capsys.readouterr().out
+
+
 def test_unknown_exercise_is_a_clear_error(tmp_path, capsys):
     root = course_copy(tmp_path, names=["ex2_dead_neurons"])
     assert cli("hint", root, "nope") == 2

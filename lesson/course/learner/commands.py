@@ -16,8 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--course-dir", type=Path, default=None,
                         help="the course repository (default: found from the current folder)")
     if command in {"check", "hint"}:
-        parser.add_argument("exercise", help="exercise name, or a unique prefix such as ex1, "
-                            "or a clinic case such as case1_3")
+        parser.add_argument("exercise", nargs="?", default=None,
+                            help="exercise name, or a unique prefix such as ex1, or a clinic "
+                                 "case such as case1_3 (default: the first exercise not done)")
     if command == "check":
         parser.add_argument("--verbose", action="store_true",
                             help="show everything the test cells print (default: a few lines)")
@@ -48,11 +49,15 @@ def run(args: argparse.Namespace) -> int:
         exercises = load_exercises()
         if args.command == "exercises":
             return show_progress(root, exercises, recheck=args.recheck)
-        if args.command == "check":
-            return check(root, find_exercise(args.exercise, exercises), exercises,
-                         verbose=args.verbose)
-        if args.command == "hint":
-            return hint(root, find_exercise(args.exercise, exercises))
+        if args.command in {"check", "hint"}:
+            chosen = (find_exercise(args.exercise, exercises) if args.exercise
+                      else current_exercise(root, exercises))
+            if chosen is None:
+                print("Every exercise passes: nothing left to check. Well done.")
+                return 0
+            if args.command == "hint":
+                return hint(root, chosen)
+            return check(root, chosen, exercises, verbose=args.verbose)
         if args.command == "watch":
             chosen = find_exercise(args.exercise, exercises) if args.exercise else None
             if args.interval <= 0 or args.max_checks < 0:
