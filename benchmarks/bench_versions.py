@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from torch import nn
 
 from bench_monitor_overhead import run_with_steady_malloc
 from bench_step_kinds import workload
-from workload import make_model
+from workload import make_model, train_steps
 
 from lesson.debugger.monitor import DEFAULT_EVERY, NetworkDebugger
 
@@ -92,14 +91,7 @@ def compare(old: type, args: argparse.Namespace) -> None:
     criterion = nn.CrossEntropyLoss()
 
     def step(model: nn.Module, opt: torch.optim.Optimizer, debugger: Any) -> float:
-        start = time.perf_counter()
-        opt.zero_grad()
-        loss = criterion(model(x), y)
-        if debugger is not None:
-            debugger.record_loss(loss.detach())
-        loss.backward()
-        opt.step()
-        return time.perf_counter() - start
+        return train_steps(model, opt, criterion, x, y, debugger)
 
     labels = {"plain": None, args.against: old, "working tree": NetworkDebugger}
     arms = []
