@@ -39,6 +39,7 @@ from lesson.debugger.monitor import DEFAULT_EVERY, NetworkDebugger
 
 ROOT = Path(__file__).resolve().parent.parent
 _IMPORT = re.compile(r"^(\s*)(from|import) lesson\b", re.MULTILINE)
+_MODULE_NAME = re.compile(r"([\"'])lesson\.")     # modules named in strings (lazy imports)
 
 
 def debugger_at(rev: str, into: Path) -> type:
@@ -60,9 +61,14 @@ def debugger_at(rev: str, into: Path) -> type:
     package = into / name
     (into / "lesson").rename(package)
     for path in package.rglob("*.py"):       # its own modules, not the working tree's
-        path.write_text(_IMPORT.sub(rf"\1\2 {name}", path.read_text()))
+        text = _IMPORT.sub(rf"\1\2 {name}", path.read_text())
+        path.write_text(_MODULE_NAME.sub(rf"\1{name}.", text))
     sys.path.insert(0, str(into))
-    return importlib.import_module(f"{name}.debugger.monitor").NetworkDebugger
+    try:
+        return importlib.import_module(f"{name}.debugger.monitor").NetworkDebugger
+    except (ImportError, AttributeError) as exc:
+        sys.exit(f"bench_versions: no NetworkDebugger in lesson/debugger/monitor.py at {rev!r} "
+                 f"(a revision from before that layout?): {exc}")
 
 
 def main() -> None:

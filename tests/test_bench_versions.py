@@ -31,6 +31,7 @@ def test_a_revision_s_debugger_runs_on_its_own_modules(tmp_path: Path) -> None:
     # its base class comes from the revision's engine, not the working tree's
     assert sys.modules["lesson_at_HEAD.debugger.engine"] is not lesson.debugger.engine
     assert not issubclass(old, lesson.debugger.engine.Engine)
+    assert sys.modules["lesson_at_HEAD"].NetworkDebugger is old    # its lazy names too
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -50,3 +51,20 @@ def test_an_unknown_revision_is_refused_with_the_reason(tmp_path: Path) -> None:
     from bench_versions import debugger_at
     with pytest.raises(SystemExit, match="cannot read lesson/ at 'no-such-revision'"):
         debugger_at("no-such-revision", tmp_path)
+
+
+def test_a_revision_without_the_debugger_s_layout_is_refused(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    import bench_versions
+    repo = tmp_path / "repo"
+    (repo / "lesson").mkdir(parents=True)
+    (repo / "lesson" / "__init__.py").write_text("")
+    (repo / "lesson" / "monitor.py").write_text("class NetworkDebugger: ...\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "old layout"], check=True)
+    monkeypatch.setattr(bench_versions, "ROOT", repo)
+    with pytest.raises(SystemExit, match="no NetworkDebugger in lesson/debugger/monitor.py"):
+        bench_versions.debugger_at("HEAD~0", tmp_path / "out")
