@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 def test_a_revision_s_debugger_runs_on_its_own_modules(tmp_path: Path) -> None:
     from bench_versions import debugger_at
+    from workload import train_steps
 
     import lesson.debugger.engine
     from lesson.debugger.monitor import NetworkDebugger
@@ -37,12 +38,7 @@ def test_a_revision_s_debugger_runs_on_its_own_modules(tmp_path: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
     with old(model, opt) as dbg:
-        for _ in range(12):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            dbg.record_loss(loss.detach())
-            loss.backward()
-            opt.step()
+        train_steps(model, opt, nn.functional.cross_entropy, x, y, dbg, 12)
         assert len(dbg.loss_history) == 12
         assert [r["step"] for r in dbg.history] == list(range(10))   # the warm-up
 
