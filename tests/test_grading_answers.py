@@ -130,3 +130,31 @@ def test_printing_to_stderr_is_honest_but_reaching_through_sys_is_not():
                    "from sys import modules\n", "import sys\nsys.exit(0)\n",
                    "import sys\nsys.stderr = None\n"):
         assert tampering(source), source
+
+
+@pytest.mark.slow
+def test_an_import_after_the_course_folder_changed_is_not_tampering(tmp_path):
+    """Python lists a folder on sys.path again once it changed (the grader writing beside the
+    course's packages while a class is graded), and importlib.metadata probes each as a zip:
+    honest code that imports something new then must not lose its points. Listing what lies
+    below that folder stays refused."""
+    import os
+    import tempfile
+
+    from lesson.course.grading.sandbox import Limits, Sandbox, _code_roots
+
+    box = Sandbox(Limits(timeout_s=30, memory_mb=2048), deny=[str(tmp_path)])
+    try:
+        assert box.request(("cell", "x = 1", "start", ["x"]))["ok"]
+        for root in _code_roots():          # a file comes and goes: the folder has changed
+            fd, name = tempfile.mkstemp(dir=root, prefix=".grading-test-")
+            os.close(fd)
+            os.remove(name)
+        reply = box.request(("cell", "import wave\nfrom importlib.metadata import entry_points\n"
+                             "n = len(entry_points(group='console_scripts'))", "import", ["n"]))
+        assert reply["ok"] and reply["tampering"] == [], reply
+        below = os.path.join(_code_roots()[0], "tests")
+        reply = box.request(("cell", f"import os\nnames = os.listdir({below!r})", "list", []))
+        assert not reply["ok"] and "outside its own folder" in reply["tampering"][0]
+    finally:
+        box.close()

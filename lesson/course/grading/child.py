@@ -54,6 +54,11 @@ def _install_guard(config: dict) -> None:
     metadata = [os.path.realpath(os.path.join(entry, name)) for entry in sys.path
                 if os.path.isdir(entry) for name in os.listdir(entry)
                 if name.endswith((".egg-info", ".dist-info"))]
+    # the folders on sys.path themselves, not what is in them: the import system lists such a
+    # folder again once it changed (the grader writing beside the course's packages, say), and
+    # importlib.metadata probes each as a zip archive, both inside honest code's imports. A
+    # listing shows names only; every file inside stays as readable as the rules below say.
+    search_path = {os.path.realpath(e) for e in sys.path if e and os.path.isdir(e)}
     protocol = {config["fd_in"], config["fd_out"]}
     # the libraries' classes as they stand now (classes made later, by imports or by the
     # student, may be set up freely)
@@ -72,7 +77,8 @@ def _install_guard(config: dict) -> None:
         pid = path[len("/proc/"):].split("/", 1)[0] if _inside(path, "/proc") else ""
         if pid.isdigit() and not _inside(path, own_proc):
             return False    # another process's memory, environment or files: the grader's
-        if _inside(path, workdir) or any(_inside(path, p) for p in packages + metadata):
+        if path in search_path or _inside(path, workdir) \
+                or any(_inside(path, p) for p in packages + metadata):
             return True
         allowed = [len(r) for r in readable if _inside(path, r)]
         denied = [len(d) for d in deny if _inside(path, d)]
