@@ -13,8 +13,12 @@ The placement of a copy's tensors in memory moves its step time by some microsec
 the code does (two plain copies differ by up to 10 us a step on the small CNN), so a
 difference of a few microseconds between two versions of the debugger is not readable here.
 
+`--every` and `--full-every` set the debugger's schedule (the defaults, 50 and 200, unless
+given): what a lighter schedule buys on a small model. No schedule removes the plain steps'
+cost, the floor under every reading.
+
 Usage: python benchmarks/bench_step_kinds.py [--model cnn|mlp|encoder] [--batch N]
-       [--steps 2000] [--copies 2] [--system-malloc]
+       [--steps 2000] [--copies 2] [--every 50] [--full-every 200] [--system-malloc]
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from torch import nn
 from bench_monitor_overhead import STEADY_MALLOC, EncoderLayer, SmallCNN, run_with_steady_malloc
 from workload import make_model, train_steps
 
-from lesson.debugger.monitor import NetworkDebugger
+from lesson.debugger.monitor import DEFAULT_EVERY, DEFAULT_FULL_EVERY, NetworkDebugger
 
 KINDS = ("plain", "light", "full")
 
@@ -58,11 +62,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="batch size (the model's own)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--copies", type=int, default=2, help="copies of each arm")
+    parser.add_argument("--every", type=int, default=DEFAULT_EVERY,
+                        help="the debugger's statistics period (default %(default)s)")
+    parser.add_argument("--full-every", type=int, default=DEFAULT_FULL_EVERY,
+                        help="steps between full statistics steps (default %(default)s)")
     parser.add_argument("--system-malloc", action="store_true",
                         help="keep glibc's malloc defaults (see bench_monitor_overhead.py)")
     args = parser.parse_args()
-    if args.steps < 200 or args.copies < 1:
-        parser.error("--steps must be at least 200 (one full step) and --copies at least 1")
+    if args.copies < 1 or args.every < 1 or args.full_every < 1:
+        parser.error("--copies, --every and --full-every must be at least 1")
+    period = max(args.every, args.full_every)
+    if args.steps < period:
+        parser.error(f"--steps must be at least {period} (one full statistics step)")
     if not args.system_malloc:
         run_with_steady_malloc()
     torch.set_num_threads(2)
@@ -75,7 +86,9 @@ def main() -> None:
             torch.manual_seed(1)
             model = make() if make is not None else make_model(1)
             opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-            arms.append((model, opt, NetworkDebugger(model, opt) if with_debugger else None))
+            debugger = (NetworkDebugger(model, opt, every=args.every, full_every=args.full_every)
+                        if with_debugger else None)
+            arms.append((model, opt, debugger))
 
     def step(model: nn.Module, opt: torch.optim.Optimizer,
              debugger: NetworkDebugger | None) -> float:
@@ -100,10 +113,13 @@ def main() -> None:
     malloc = os.environ.get("GLIBC_TUNABLES", "(system defaults)")
     print(f"{args.model}, batch {x.shape[0]}, Adam, 2 threads, {args.copies} copies per arm, "
           f"{args.steps} steps in turns; malloc {'steady' if malloc == STEADY_MALLOC else malloc}"
-          f"; plain step {plain_step * 1e3:.2f} ms")
+          f"; every={args.every}, full_every={args.full_every}; plain step "
+          f"{plain_step * 1e3:.2f} ms")
     print(f"{'step kind':<10} {'steps':>6} {'median added':>13} {'mean added':>11}")
     for kind in KINDS:
         values = extra[kind]
+        if not values:
+            continue
         print(f"{kind:<10} {len(values):>6} {statistics.median(values) * 1e6:>10.1f} us "
               f"{statistics.mean(values) * 1e6:>8.1f} us")
     mean = sum(sum(v) for v in extra.values()) / sum(len(v) for v in extra.values())
