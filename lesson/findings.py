@@ -257,6 +257,16 @@ CODES: dict[str, Code] = {
 }
 
 
+def layer_of(param_name: str) -> str:
+    """The layer (module name) a parameter name points at: `fc1` for `fc1.weight`, and for a
+    parametrized weight (`weight_norm`, `spectral_norm`: `fc1.parametrizations.weight.original0`)
+    the module that holds the parametrization, `fc1`. "" at the root."""
+    head, sep, _ = param_name.partition("parametrizations.")
+    if sep and (not head or head.endswith(".")):
+        return head.rstrip(".")
+    return param_name.rpartition(".")[0]
+
+
 @dataclass
 class Finding:
     """One diagnosis of one run: a code, what was seen, where, the numbers, and the fix."""
@@ -313,6 +323,11 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     "LOSS_SHAPE_MISMATCH": ("DEAD_NEURONS",),
     "OUTPUT_RANGE_MISMATCH": ("DEAD_NEURONS",),
     "NLL_WITHOUT_LOG_SOFTMAX": ("EXPLODING_ACTIVATIONS",),
+    # a softmax over the batch normalises a validation batch of another size differently, so
+    # validation reads as if the labels carried no signal
+    "SOFTMAX_WRONG_DIM": ("LABELS_SHUFFLED",),
+    # a rate decayed to nothing takes steps that move nothing
+    "LR_DECAYED": ("PARAMS_NOT_UPDATED",),
     "LR_TOO_HIGH": ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS"),
     "EXPLODING_ACTIVATIONS": ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS"),
     "EXPLODING_GRADIENT": ("NAN_OR_INF", "LR_TOO_HIGH"),

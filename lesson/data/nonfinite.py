@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lesson.findings import Finding
+from lesson.findings import Finding, layer_of
 from lesson.restore import preserved, require_batch, require_module
 
 #: How many sample indices (or parameter names) a finding lists at most.
@@ -125,7 +125,7 @@ def _parameter_findings(model: nn.Module) -> list[Finding]:
         "NAN_OR_INF",
         f"{len(bad)} parameter/buffer tensors already hold NaN/Inf before the forward pass "
         f"(first: {bad[0]}): a previous training step diverged, or they were loaded broken",
-        layer=bad[0].rpartition(".")[0] or None,
+        layer=layer_of(bad[0]) or None,
         evidence={"source": "parameters", "tensors": bad[:MAX_LISTED]},
         advice="Reload a finite checkpoint, then find the step that diverged with "
                "NetworkDebugger (lower the learning rate, clip gradients).",

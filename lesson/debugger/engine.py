@@ -34,6 +34,7 @@ from torch.optim.optimizer import (register_optimizer_step_post_hook,
 from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger.distributed import RankReducer, world_size
+from lesson.debugger.functional import inside_transform
 from lesson.debugger.stats import (ACT_FULL_MAXES, ACT_FULL_SUMS, GRAD_FULL_MAXES, GRAD_FULL_SUMS,
                                    StepBuffer, gradient_norm, identity_reduce,
                                    pooled_sample_std, squared_norms)
@@ -221,9 +222,10 @@ class Engine:
         internal error goes to `errors`. A TrainingAlert (policy "raise") is meant to stop
         the run and goes through. While torch.compile traces the model, a hook does nothing:
         reading the debugger's step counter there would make dynamo guard on it and recompile
-        at every statistics step."""
+        at every statistics step. Inside a torch.func transform it does nothing either (see
+        `inside_transform`)."""
         def hook(*args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() or inside_transform():
                 return None
             try:
                 fn(*args, **kwargs)
@@ -389,7 +391,11 @@ class Engine:
             buf.set_value(("losses",), torch.stack(  # 0-dim each (see record_loss)
                 [t if t.device == dev else t.to(dev) for t in ts]))  # type: ignore[union-attr]
         had_data = bool(buf)
-        host = buf.gather(self._reduce, step=step)
+        try:
+            host = buf.gather(self._reduce, step=step)
+        except Exception as exc:    # a statistic that cannot be read: the record is lost
+            self._error(f"record of step {step}", exc)
+            return
         if not had_data and not host["sums"]:
             return                               # a rank with nothing, and nothing merged
         if self.reducer is not None and self.reducer.last_skipped:
@@ -407,10 +413,21 @@ class Engine:
         entries, self._deferred = self._deferred, []
         if not entries:
             return
-        hosts = StepBuffer.gather_many([buf for _, buf, _, _ in entries])
+        try:
+            hosts = StepBuffer.gather_many([buf for _, buf, _, _ in entries])
+        except Exception:           # one unreadable record must not take the others along
+            hosts = []
+            for step, buf, _, _ in entries:
+                try:
+                    hosts.extend(StepBuffer.gather_many([buf]))
+                except Exception as exc:
+                    self._error(f"record of step {step}", exc)
+                    hosts.append(None)
         self._resolve_losses()
         raw = self.loss_history_raw
         for (step, _, loss_index, lr), host in zip(entries, hosts):
+            if host is None:
+                continue
             record = self._decode(step, host, lr)
             record["loss"] = float(raw[loss_index]) if loss_index is not None else None
             self._append(record)

@@ -56,6 +56,14 @@ BACKWARD_FUNCTIONS = frozenset({torch.Tensor.backward, torch.autograd.backward,
 HOOKED_ELSEWHERE: tuple[type, ...] = (nn.modules.loss._Loss,)
 
 
+def inside_transform() -> bool:
+    """Is a torch.func transform (grad, vmap, jacrev, ...) running now? Its tensors are
+    wrappers that must not escape it (a statistic kept from inside `vmap` breaks the record
+    it lands in), and a pass inside one is no training pass of the model: the debugger's
+    hooks stand aside there."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
 def _weak(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:
     """A weak reference to a bound method (a plain function is held as it is)."""
     if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
@@ -85,7 +93,8 @@ class FunctionalWatch(TorchFunctionMode):
         if func in BACKWARD_FUNCTIONS:      # the forward is over: nothing more to see
             self.active = False
         out = func(*args, **kwargs)
-        if not self.active or (self.module_stack and self.module_stack[-1][1]):
+        if not self.active or (self.module_stack and self.module_stack[-1][1]) \
+                or inside_transform():
             return out
         spec = ACTIVATION_FUNCTIONS.get(func)
         if spec is None and func not in LOSS_FUNCTIONS:

@@ -153,6 +153,24 @@ def sum_tolerance(dtype: torch.dtype) -> float:
     return max(MIN_SUM_TOLERANCE, 4 * torch.finfo(dtype).eps)
 
 
+def values_tolerance(output: torch.Tensor) -> float | torch.Tensor:
+    """`sum_tolerance` of the precision the values were computed in: a float32 output whose
+    values all fit bfloat16 (or float16) exactly was computed in it and upcast (autocast, then
+    `.float()` before the loss), and carries its rounding. Then a 0-dim tensor on the output's
+    device (no host sync)."""
+    x = output.detach()
+    if x.dtype != torch.float32 or x.numel() == 0:
+        return sum_tolerance(x.dtype)
+    fits = {low: (x.to(low).float() == x).all() for low in (torch.bfloat16, torch.float16)}
+    return torch.where(fits[torch.bfloat16], sum_tolerance(torch.bfloat16),   # the coarser
+                       torch.where(fits[torch.float16], sum_tolerance(torch.float16),
+                                   sum_tolerance(x.dtype)))
+    for low in (torch.float16, torch.bfloat16):      # the coarser one wins if both fit
+        fits = (x.to(low).float() == x).all()
+        tol = torch.where(fits, sum_tolerance(low), tol)
+    return tol
+
+
 _SUMS = ("rows_prob", "cols_prob", "rows_logprob", "cols_logprob", "nll_off", "in01",
          "targets", "targets_below0", "targets_above1")
 _MINS = ("out_min", "target_min")
@@ -231,7 +249,7 @@ class LossInputInspector:
 
         out = output.detach().float()
         device = out.device
-        tol = sum_tolerance(output.dtype)
+        tol = values_tolerance(output)
         o_min, o_max = torch.aminmax(out)
         in01 = (o_min >= 0) & (o_max <= 1)
         nonpos = o_max <= tol

@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 from torch.utils.hooks import RemovableHandle
 
 from lesson.debugger import rules
@@ -54,7 +55,7 @@ from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
                                    graph_leaves, symmetric_layers)
-from lesson.findings import Finding, sort_findings
+from lesson.findings import Finding, layer_of, sort_findings
 from lesson.production.sinks import sample_values
 from lesson.restore import require_module
 
@@ -147,9 +148,15 @@ class NetworkDebugger(Engine):
         # loop faults (issue 16): zero_grad() between the passes of one step, frozen moves
         self._passes_in_step = 0
         self._cleared_this_step = False
+        #: (parameter index, its version) at the first gradient of this step's last pass: the
+        #: weights changed in place between two passes (SAM, a line search) when it moved
+        self._pass_weights: tuple[int, int] | None = None
+        self._weights_moved_between_passes = False
         self._accumulating_steps = 0
         self._cleared_steps: list[int] = []
-        self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor]] | None = None
+        self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor], list[bool],
+                                    list[torch.Tensor]] | None = None
+        self._grads_held: dict[int, tuple[weakref.ref, int]] = {}   # see _note_grads_held
         self._moved_without_grad: dict[str, tuple[int, float]] = {}
         self._functional: FunctionalWatch | None = None
         # a debugger dropped mid-step (its mode still entered) takes its mode off torch's
@@ -188,6 +195,8 @@ class NetworkDebugger(Engine):
         self._param_keys: list[tuple[str, list[tuple[str, str]], dict[str, Any]]] = []
         self._param_layer: dict[str, str] = {}
         self._got_grad: list[bool] = []
+        #: id(parameter) -> (a weak reference to it, its gradient state): see _watch_model
+        self._param_memory: dict[int, tuple[weakref.ref, tuple[bool, bool, int]]] = {}
         self._grad_this_step: list[bool] = []
         self._last_bw_gen: list[int] = []
         #: fresh-gradient hooks attached now, by parameter index (see _set_fresh_hooks)
@@ -277,25 +286,36 @@ class NetworkDebugger(Engine):
             (module, tuple(self._guarded("forward", h) for h in self._stack_hooks(
                 name, isinstance(module, SEEN_BY_MODULE_HOOKS))))
             for name, module in model.named_modules() if name]
+        # weight_norm/spectral_norm's own modules compute a weight, not an activation
+        parametrizing = {id(m) for p in self._module_list
+                         if isinstance(p, parametrize.ParametrizationList) for m in p.modules()}
         for name, module in model.named_modules():
-            if watched(module):
+            if watched(module) and id(module) not in parametrizing:
                 name = name or type(module).__name__
                 self._layer_kinds.setdefault(name, type(module).__name__)
                 self._step_hooks.append(
                     (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
-        old = {id(p): (got, now, gen) for (_, p), got, now, gen in
-               zip(self._params, self._got_grad, self._grad_this_step, self._last_bw_gen)}
+        # what each parameter's gradient did so far, kept for the parameters that come back
+        # (torch.func.functional_call swaps them out for the length of one pass)
+        memory = self._param_memory
+        for (_, p), got, now, gen in zip(self._params, self._got_grad, self._grad_this_step,
+                                         self._last_bw_gen):
+            memory[id(p)] = (weakref.ref(p), (got, now, gen))
+        for key in [k for k, (ref, _) in memory.items() if ref() is None]:
+            del memory[key]
         remove_tensor_hooks(list(self._param_handles.values()), [p for _, p in self._params])
         self._param_handles = {}
         self._sentinel = self._first_fired = None       # indices change: chosen again
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self._param_layer = {n: n.rpartition(".")[0] for n, _ in self._params}
+        self._param_layer = {n: layer_of(n) for n, _ in self._params}
         #: per parameter: its accumulator keys and the record fields that never change
         self._param_keys = [
             (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
              {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
             for n, p in self._params]
-        state = [old.get(id(p), (False, False, -1)) for _, p in self._params]
+        kept = [memory.get(id(p)) for _, p in self._params]
+        state = [k[1] if k is not None and k[0]() is p else (False, False, -1)
+                 for k, (_, p) in zip(kept, self._params)]
         self._got_grad = [s[0] for s in state]
         self._grad_this_step = [s[1] for s in state]
         self._last_bw_gen = [s[2] for s in state]
@@ -446,11 +466,15 @@ class NetworkDebugger(Engine):
             self._backward_since_forward = True
             self._count_pass()
         if not self._all_got_grad:
-            got = self._got_grad
-            for i, (_, p) in enumerate(self._params):
-                if not got[i] and p.grad is not None:
-                    got[i] = True
-            self._all_got_grad = all(got)
+            self._note_held_grads()
+
+    def _note_held_grads(self) -> None:
+        """A parameter holding a .grad got a gradient, from a backward or set by hand."""
+        got = self._got_grad
+        for i, (_, p) in enumerate(self._params):
+            if not got[i] and p.grad is not None:
+                got[i] = True
+        self._all_got_grad = all(got)
 
     def _count_pass(self) -> None:
         """The first gradient of a forward pass's backward: one training pass (in eval mode?)."""
@@ -467,8 +491,13 @@ class NetworkDebugger(Engine):
                 self._first_fired = i
             if not self._pass_counted:        # the first gradient of this pass's backward
                 self._passes_in_step += 1
-                if self._passes_in_step >= 2 and self._grad_this_step[i] \
-                        and self._params[i][1].grad is None:
+                p = self._params[i][1]
+                last = self._pass_weights
+                if last is not None and last[0] < len(self._params) \
+                        and self._params[last[0]][1]._version != last[1]:
+                    self._weights_moved_between_passes = True
+                self._pass_weights = (i, p._version)
+                if self._passes_in_step >= 2 and self._grad_this_step[i] and p.grad is None:
                     self._cleared_this_step = True     # zero_grad() between two passes
                 self._count_pass()
             self._got_grad[i] = True
@@ -635,16 +664,21 @@ class NetworkDebugger(Engine):
             s = self._sentinel
             if (s is not None and not self._grad_this_step[s]) or not self._all_got_grad:
                 self._check_sentinel()
+        elif not self._all_got_grad:
+            self._note_held_grads()
         if self._before is not None:                # full steps (Engine)
             self._measure_updates()
         if self._no_grad_before is not None:
             self._measure_moves_without_grad()
         if self._passes_in_step:
-            if self._passes_in_step >= 2:
+            # passes at other weights (SAM's ascent step, a line search's closure calls) are
+            # no accumulation: clearing between them is what those methods do
+            if self._passes_in_step >= 2 and not self._weights_moved_between_passes:
                 self._accumulating_steps += 1
                 if self._cleared_this_step:
                     self._cleared_steps.append(self._step)
             self._passes_in_step, self._cleared_this_step = 0, False
+            self._pass_weights, self._weights_moved_between_passes = None, False
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         if isinstance(lr, torch.Tensor):
             # an lr tensor on an accelerator is read on statistics steps only: no host sync
@@ -656,26 +690,48 @@ class NetworkDebugger(Engine):
         self._opt_steps += 1
         self._advance()
 
+    def _note_grads_held(self) -> None:
+        """At the end of the step before a statistics step: the .grad each stepped tensor holds
+        (weakly) and its version, so that the statistics step tells a gradient left over
+        unchanged (a tensor frozen without zero_grad()) from one set afresh by hand."""
+        opt = self.optimizer
+        self._grads_held = {} if opt is None else {
+            id(p): (weakref.ref(p.grad), p.grad._version)
+            for g in opt.param_groups for p in g["params"] if p.grad is not None}
+
     def _copy_params_without_grad(self, optimizer: torch.optim.Optimizer) -> None:
-        """Statistics steps: copy the stepped tensors that got no gradient this step but hold a
-        .grad (frozen with a zero-filled gradient), to see whether the step moves them."""
+        """Statistics steps: copy the stepped tensors that got no gradient from a backward this
+        step but hold a .grad, to see whether the step moves them (frozen, with a zero-filled
+        gradient or an old one). A gradient set by hand this step (`p.grad = ...`, as
+        torch.func and per-sample code do) is a gradient: only an all-zero .grad, or the one
+        held unchanged since the last step, counts (see _measure_moves_without_grad)."""
         fresh = {id(p) for (_, p), got in zip(self._params, self._grad_this_step) if got}
         tensors = [p for g in optimizer.param_groups for p in g["params"]
                    if p.grad is not None and id(p) not in fresh]
         if tensors:
-            self._no_grad_before = (tensors, [p.detach().clone() for p in tensors])
+            held = self._grads_held
+            old = [id(p) in held and held[id(p)][0]() is p.grad
+                   and held[id(p)][1] == p.grad._version for p in tensors]
+            zero = [gradient_norm(p.grad).reshape(()) == 0 for p in tensors]
+            self._no_grad_before = (tensors, [p.detach().clone() for p in tensors], old, zero)
 
     def _measure_moves_without_grad(self) -> None:
+        """After the step: the moves of the tensors copied before it whose gradient was old or
+        all zero, and that no backward inside the step refilled (`step(closure)` runs its
+        passes there)."""
         if self._no_grad_before is None:
             return
-        tensors, before = self._no_grad_before
+        tensors, before, old, zero = self._no_grad_before
         self._no_grad_before = None
-        moves = torch.stack([torch.linalg.vector_norm((p.detach() - b).float())
-                             / torch.linalg.vector_norm(b.float()).clamp_min(1e-30)
-                             for p, b in zip(tensors, before)]).tolist()  # rare: one sync
+        fresh = {id(p) for (_, p), got in zip(self._params, self._grad_this_step) if got}
+        rows = torch.stack([
+            torch.stack([torch.linalg.vector_norm((p.detach() - b).float())
+                         / torch.linalg.vector_norm(b.float()).clamp_min(1e-30),
+                         z.to(p.device, torch.float32)])
+            for p, b, z in zip(tensors, before, zero)]).tolist()  # rare: one sync
         names = {id(p): n for n, p in self.model.named_parameters()}
-        for p, move in zip(tensors, moves):
-            if move > 0:
+        for p, was_old, (move, was_zero) in zip(tensors, old, rows):
+            if move > 0 and (was_old or was_zero) and id(p) not in fresh:
                 self._moved_with_zero_grad(names.get(id(p), f"tensor {list(p.shape)}"), move)
 
     def _moved_with_zero_grad(self, name: str, move: float) -> None:
@@ -721,6 +777,7 @@ class NetworkDebugger(Engine):
             self._toggle_step_pre_hook(True)
             self._toggle_global_hooks(True)
             self._first_fired = None
+            self._note_grads_held()
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)

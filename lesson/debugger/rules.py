@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lesson.findings import Finding
+from lesson.findings import Finding, layer_of
 
 
 @dataclass
@@ -68,6 +68,10 @@ class Thresholds:
     lr_high_update_ratio: float = 1.0
     """LR_TOO_HIGH: typical update/weight ratio at or above this (each step moves a weight
     matrix by its own size; the usual rule of thumb is ~1e-3)."""
+    lr_high_progress: float = 0.1
+    """...unless the loss's last quarter averages under this share of its first: updates of a
+    weight's own size that keep the loss falling tenfold are what a line search takes
+    (L-BFGS), not a rate too high."""
     lr_high_ratio_with_bad_loss: float = 1e-2
     """LR_TOO_HIGH when the loss also rises, oscillates or blows up: ratio above this."""
     loss_rise: float = 1.1
@@ -135,11 +139,13 @@ class Thresholds:
     """...at least this many validation points after the best one."""
     cleared_share: float = 0.5
     """ZERO_GRAD_IN_ACCUMULATION: gradients cleared between two backward passes of one
-    optimizer step in at least this share of the steps with several passes (and in at least
-    `min_events` of them)."""
+    optimizer step in at least this share of the steps with several passes at the same weights
+    (and in at least `min_events` of them). Passes at weights changed in between (SAM's ascent
+    step, a closure called by a line search) are no accumulation."""
     frozen_move_ratio: float = 1e-7
-    """FROZEN_PARAMS_MOVE: a parameter without gradient moved by more than this share of its
-    norm at one optimizer step (float32 rounding moves nothing; momentum moves ~lr)..."""
+    """FROZEN_PARAMS_MOVE: a parameter without gradient (an all-zero .grad, or one left over
+    unchanged from an earlier step; one set by hand is a gradient) moved by more than this
+    share of its norm at one optimizer step (float32 rounding moves nothing; momentum moves ~lr)..."""
     frozen_move_events: int = 1
     """...at this many statistics steps: a tensor without gradient that moves is never noise,
     so one statistics step is enough (at the default schedule one comes every 50 steps)."""
@@ -324,12 +330,15 @@ def rule_lr_too_high(ev: Evidence, th: Thresholds) -> list[Finding]:
         finite.append(v)
     went_nonfinite = len(finite) < len(ev.losses) and len(finite) >= 1
     reasons = []
-    if top is not None and top >= th.lr_high_update_ratio:
+    progress = False
+    if len(finite) >= th.min_losses:
+        first_q, last_q = _quarters(finite)
+        progress = 0 <= last_q < th.lr_high_progress * first_q
+    if top is not None and top >= th.lr_high_update_ratio and not progress:
         reasons.append(f"updates move weights by {top:.2g}x their norm in one step")
     blew_up = len(finite) >= 2 and max(finite) > th.loss_blowup * abs(finite[0]) > 0
     rising = oscillating = False
     if len(finite) >= th.min_losses:
-        first_q, last_q = _quarters(finite)
         rising = last_q > th.loss_rise * first_q
         window = finite[-max(th.min_losses, len(finite) // 2):]
         changes, amplitude, net = oscillation(window, abs(finite[0]))
@@ -596,7 +605,7 @@ def rule_params_not_updated(ev: Evidence, th: Thresholds) -> list[Finding]:
     return [Finding("PARAMS_NOT_UPDATED",
                     f"{len(names)} tensor(s) received gradients that no optimizer step applied "
                     f"(e.g. {first})",
-                    layer=first.rpartition(".")[0] or None if not first.startswith("unreg")
+                    layer=layer_of(first) or None if not first.startswith("unreg")
                     else None,
                     evidence={"tensors": dict(list(names.items())[:20])})]
 
@@ -608,7 +617,7 @@ def rule_no_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
     return [Finding("NO_GRADIENT",
                     f"{len(ev.never_grad)} trainable tensor(s) never received a gradient after "
                     f"{max(ev.backwards, ev.optimizer_steps)} backward passes (e.g. {first})",
-                    layer=first.rpartition(".")[0] or None,
+                    layer=layer_of(first) or None,
                     evidence={"params": ev.never_grad[:20], "backwards": ev.backwards})]
 
 
@@ -725,7 +734,7 @@ def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
                     f"{len(names)} parameter tensor(s) without a gradient moved at the optimizer "
                     f"step ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}), by up to "
                     f"{_sig(max(v[1] for v in moved.values()))} of their norm",
-                    layer=names[0].rpartition(".")[0] or None,
+                    layer=layer_of(names[0]) or None,
                     evidence={"params": names[:10],
                               "steps_moved": {n: moved[n][0] for n in names[:10]},
                               "max_relative_move": max(v[1] for v in moved.values())})]
