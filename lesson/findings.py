@@ -313,6 +313,11 @@ class Finding:
 #: Some pairs go both ways (a too-high rate blows activations up; blown-up activations make the
 #: loss climb as a too-high rate does): within one run, the one seen first explains the other.
 EXPLAINS: dict[str, tuple[str, ...]] = {
+    # an unsafe operation, or NaN in the data: the NaN loss the debugger sees follows
+    "NONFINITE_INPUT": ("NAN_OR_INF",),
+    "LOG_OF_ZERO": ("NAN_OR_INF",),
+    "EXP_OVERFLOW": ("NAN_OR_INF",),
+    "DIVISION_BY_ZERO": ("NAN_OR_INF",),
     "PARAMS_NOT_UPDATED": ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT"),
     "MISSING_ZERO_GRAD": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
                           "NAN_OR_INF", "FROZEN_PARAMS_MOVE"),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lesson.course.learner.clinic import harness_changes, harness_lines, show_case
+from lesson.course.learner.clinic import (evaluate_repair, harness_changes, harness_lines,
+                                          setup_changes, show_case, training_setup)
 
 CASES = ["missing_zero_grad", "dead_relu", "log_of_zero", "softmax_overflow",
          "test_rows_in_train", "labels_shuffled", "double_softmax", "nll_on_logits"]
@@ -133,3 +134,40 @@ def test_a_diagnosis_is_graded_as_the_cause_and_a_consequence_is_called_one():
     assert judge_diagnosis("dead_relu", None).kind == "missing"
     not_code = judge_diagnosis("dead_relu", "DEAD")
     assert not_code.kind == "not a code" and "quotes" in not_code.message
+
+
+@pytest.mark.parametrize("name", CASES + ["overfitting", "frozen_layer_moves", "lr_too_high"])
+def test_the_catalogues_fix_keeps_the_set_up(name):
+    assert setup_changes(name, _script(name, "train_fixed")) == []
+
+
+@pytest.mark.parametrize("name,edit", [
+    ("log_of_zero", ("lr=0.05", "lr=0.005")),
+    ("softmax_overflow", ("lr=0.1", "lr=0.01")),
+])
+def test_a_lower_learning_rate_around_a_numerics_bug_hides_it_and_is_refused(name, edit):
+    """The student tester's repair: the broken script with only its learning rate lowered. The
+    unsafe log/exp is still there, the NaN just never comes within the run: the run looks
+    healthy (the symptom is hidden), and the set-up guard refuses it."""
+    hidden = _script(name, "train_broken", [edit])
+    assert evaluate_repair(name, hidden, seed=0).healthy        # what used to pass
+    changed = setup_changes(name, hidden)
+    assert changed and "lr=" in changed[0], changed
+
+
+def test_fewer_steps_are_refused_but_stopping_early_is_a_fix_for_overfitting():
+    fewer = _script("dead_relu", "train_fixed", [("range(100)", "range(20)")])
+    assert setup_changes("dead_relu", fewer) == ["keep range(100)"]
+    early = _script("overfitting", "train_broken", [("range(200)", "range(40)")])
+    assert setup_changes("overfitting", early) == []
+
+
+def test_the_set_up_is_read_however_it_is_written():
+    """Honest rewrites keep the set-up: a positional or re-spelled learning rate, an optimizer
+    given only the trainable parameters, another loop variable."""
+    plain = "def f():\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
+            "    for step in range(100):\n        pass\n"
+    rewritten = "def f():\n    from torch import optim\n" \
+                "    opt = optim.SGD([p for p in model.parameters() if p.requires_grad], 1e-1)\n" \
+                "    for i in range(100):\n        pass\n"
+    assert training_setup(plain) == training_setup(rewritten) == {"SGD(lr=0.1)", "range(100)"}

@@ -19,7 +19,7 @@ TITLE = "Batch norm by hand, without epsilon"
 SYMPTOM = "The very first loss is nan."
 EXPECTED = ("DIVISION_BY_ZERO",)
 CAUSES = ("DIVISION_BY_ZERO",)
-CONSEQUENCES = ()
+CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger sees
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."

@@ -92,6 +92,7 @@ def examine(name: str, seed: int, out: str | None, verify_fixes: bool) -> dict[s
 
 def _select(args: argparse.Namespace) -> list[str]:
     from broken_models import CATALOGUE, by_family
+    from broken_models.case import FAMILIES
     from lesson.course.learner.clinics import find_clinic_case
 
     if args.case:
@@ -99,9 +100,11 @@ def _select(args: argparse.Namespace) -> list[str]:
         if args.family:
             names = [n for n in names if CATALOGUE[n].family == args.family]
         return names
+    # by family, then by name: not in the clinics' numbering, which a student has to earn
     if args.family:
-        return [c.name for c in by_family(args.family)[args.family]]
-    return list(CATALOGUE)
+        return sorted(c.name for c in by_family(args.family)[args.family])
+    families = list(FAMILIES)
+    return sorted(CATALOGUE, key=lambda n: (families.index(CATALOGUE[n].family), n))
 
 
 def _table(entries: list[dict[str, Any]], with_fix: bool) -> str:
@@ -130,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print("nndebug clinic: --jobs must be at least 1", file=sys.stderr)
         return 2
-    out = None if args.no_report else Path(args.out)
+    from lesson.course.learner.clinics import find_clinic_case, is_case_label
+
+    # a case asked for by its clinic label keeps it: its name, codes and page are the answer
+    labels = {find_clinic_case(c).name: c.strip() for c in args.case or [] if is_case_label(c)}
+    out = None if args.no_report or labels else Path(args.out)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -154,7 +161,11 @@ def run(args: argparse.Namespace) -> int:
     entries = []
     for name in names:
         case = CATALOGUE[name]
-        entries.append(results[name] | {"case": case, "family": case.family, "expected": list(case.expected)})
+        entry = results[name] | {"case": case, "family": case.family,
+                                 "expected": list(case.expected)}
+        if name in labels:
+            entry |= {"name": labels[name], "expected": ["(hidden: nndebug list --spoilers)"]}
+        entries.append(entry)
     print(_table(entries, args.verify_fixes))
     bad = [e["name"] for e in entries if e["verdict"] != "diagnosed"]
     bad += [e["name"] for e in entries if args.verify_fixes and e.get("fix_verdict") != "healthy"]
@@ -165,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
 
         index = write_index(out, entries, args.seed, seconds)
         print(f"Report: {relative(index)}  (open it in a browser)")
+    elif labels and not args.no_report:
+        print("No report for cases asked for by their clinic label: it names them "
+              "(`nndebug list --spoilers`, or ask by name)")
     if bad:
         print(f"Misdiagnosed: {', '.join(sorted(set(bad)))}", file=sys.stderr)
     return 1 if bad else 0

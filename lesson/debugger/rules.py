@@ -71,7 +71,9 @@ class Thresholds:
     lr_high_progress: float = 0.1
     """...unless the loss's last quarter averages under this share of its first: updates of a
     weight's own size that keep the loss falling tenfold are what a line search takes
-    (L-BFGS), not a rate too high."""
+    (L-BFGS), not a rate too high. Likewise a loss that became NaN/Inf right after falling
+    tenfold to its lowest value met an unsafe operation (log of 0, exp overflow: see
+    locate_nonfinite), not a rate too high, which makes the loss climb first."""
     lr_high_ratio_with_bad_loss: float = 1e-2
     """LR_TOO_HIGH when the loss also rises, oscillates or blows up: ratio above this."""
     loss_rise: float = 1.1
@@ -348,7 +350,10 @@ def rule_lr_too_high(ev: Evidence, th: Thresholds) -> list[Finding]:
     if ratio_ok and (blew_up or rising or oscillating):
         reasons.append("the loss " + ("blew up" if blew_up else "rises" if rising
                                       else "oscillates without progress"))
-    if went_nonfinite and top is not None and top >= th.lr_high_ratio_with_bad_loss:
+    converged_then_nan = (len(finite) >= 3 and finite[-1] <= min(finite)
+                          and 0 <= finite[-1] < th.lr_high_progress * finite[0])
+    if went_nonfinite and top is not None and top >= th.lr_high_ratio_with_bad_loss \
+            and not converged_then_nan:
         reasons.append("the loss became NaN/Inf")
     if not reasons:
         return []

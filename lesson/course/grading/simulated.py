@@ -136,6 +136,7 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
             "    right, kind, message = True, 'cause', 'right'\n\n"
             "CATALOGUE = {'missing_zero_grad': _Case(), 'dead_relu': _Case()}\n"
             "harness_changes = lambda name, fn: []\n"
+            "setup_changes = lambda name, fn: []\n"
             "evaluate_repair = lambda label, fn, seed=0: _Healthy()\n"
             "judge_diagnosis = lambda label, code: _Right()\n\n"
             "def repaired_missing_zero_grad(seed):\n"

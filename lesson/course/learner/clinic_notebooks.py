@@ -44,8 +44,10 @@ something unrelated, and names the case once you have found it. Your repair is g
 the catalogue judges its own fix: trained under the reference diagnostics on seed {visible} and
 on seeds you have not seen, it passes when the diagnostics find nothing **and** the target is
 reached. The lines that measure (the debugger, the case's check, the metrics) are the
-examiner's: keep them word for word. A repair that hides the symptom (a lower learning rate
-around the bug, catching the NaN, skipping bad steps, switching a check off) does not pass.
+examiner's: keep them word for word, and the set-up the bug is not in as well (the optimizer
+with its learning rate, the number of steps). A repair that hides the symptom (a lower
+learning rate around the bug, fewer steps, catching the NaN, skipping bad steps, switching a
+check off) does not pass.
 `nndebug check caseN_M` checks one case from the terminal."""
 
 SETUP = """import math
@@ -56,7 +58,8 @@ from torch import nn
 
 from broken_models.case import Outcome
 from lesson import CODES
-from lesson.course.learner.clinic import evaluate_repair, harness_changes, judge_diagnosis, show_case
+from lesson.course.learner.clinic import (evaluate_repair, harness_changes, judge_diagnosis,
+                                          setup_changes, show_case)
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
@@ -75,6 +78,9 @@ assert verdict.right, verdict.message"""
 
 REPAIR_TEST = """changed = harness_changes("{ident}", {repair})
 assert not changed, f"the repair changed the measuring code, not the bug: {{changed}}"
+changed = setup_changes("{ident}", {repair})
+assert not changed, (f"the repair changed the set-up, which the bug is not in: {{changed}}: a "
+                     "lower learning rate or fewer steps hides a symptom, it does not fix it")
 run = evaluate_repair("{ident}", {repair}, seed={visible})
 print("findings:", run.codes, "| target reached:", run.target_reached)
 assert run.healthy, f"findings {{run.codes}}, target reached: {{run.target_reached}}"
