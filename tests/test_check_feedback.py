@@ -52,3 +52,36 @@ def test_a_bare_value_assert_shows_its_line_and_the_prints_show(tmp_path):
     assert "AssertionError: 7" in text and "failing line: assert value == 4, value" in text
     assert "| suggested clip: 7" in text
     assert "your code raised" not in text
+
+
+def _parts(path, f_body: str) -> None:
+    """Two parts, each an answer cell and its test; part 2 is still the release's stub, a
+    top-level `raise NotImplementedError` (as ex3's find_best_lr)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for grade_id, source, grade in [
+            ("part1", f"def f(x):\n    {f_body}\n", False),
+            ("test_part1", "assert f(2) == 4", True),
+            ("part2", "# YOUR CODE HERE\nraise NotImplementedError()\nresult = 1\n", False),
+            ("test_part2", "assert result == 1", True)]:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["nbgrader"] = {"grade": grade, "solution": not grade, "grade_id": grade_id,
+                                     "locked": grade, "schema_version": 3,
+                                     **({"points": 1} if grade else {})}
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+
+
+@pytest.mark.slow
+def test_a_later_parts_stub_does_not_lead_the_first_failure_above_it(tmp_path):
+    path = tmp_path / "x.ipynb"
+    _parts(path, "return 3 * x")                  # part 1 written, wrong; part 2 not started
+    text = _report(run_notebook(path))
+    assert "your code raised" not in text and "fix this first" not in text
+    assert "first failure, test_part1" in text
+    assert "part2 is not written yet: NotImplementedError, line 2" in text
+
+    _parts(path, "return 2 * x")                  # part 1 passes: the stub is what fails now
+    text = _report(run_notebook(path))
+    assert "your code raised an error first, in part2, line 2" in text
+    assert text.index("your code raised") < text.index("PASS  test_part1")

@@ -175,6 +175,40 @@ def test_table_reruns_changed_notebooks_and_remembers_unchanged_ones(tmp_path, c
     assert "1/2 done" in capsys.readouterr().out
 
 
+def test_an_unreadable_notebook_is_marked_and_named_and_the_table_still_shows(tmp_path, capsys,
+                                                                              monkeypatch):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients", "ex2_dead_neurons"])
+    find_exercise("ex1", EXERCISES).released(root).write_text("")
+    monkeypatch.setattr(commands, "run_notebook", no_kernel)
+    monkeypatch.setattr(commands, "load_exercises",
+                        lambda: [e for e in EXERCISES if e.name.startswith(("ex1", "ex2"))])
+    assert cli("exercises", root) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("ex1_exploding_gradients" in ln and commands.UNREADABLE in ln for ln in lines)
+    assert any("ex2_dead_neurons" in ln and NOT_STARTED in ln for ln in lines)
+    assert any("exercises/ex1_exploding_gradients/exploding_gradients.ipynb cannot be read" in ln
+               for ln in lines)
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut short"])
+def test_check_says_which_notebook_cannot_be_read_why_and_how_to_get_it_back(tmp_path, capsys,
+                                                                            monkeypatch, damage):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients"])
+    path = find_exercise("ex1", EXERCISES).released(root)
+    text = "" if damage == "empty" else path.read_text()[:2000]
+    path.write_text(text)
+    if damage == "cut short":
+        (root / ".git").mkdir()                   # a git checkout of the course
+    monkeypatch.setattr(commands, "run_notebook", no_kernel)
+    assert cli("check", root, "ex1") == 2
+    out = capsys.readouterr().out
+    rel = "exercises/ex1_exploding_gradients/exploding_gradients.ipynb"
+    assert f"{rel} cannot be read: the file is {damage}" in out
+    assert (f"git checkout -- {rel}" in out) == (damage == "cut short")
+    assert ("fetch the notebook again" in out) == (damage == "empty")
+    assert path.read_text() == text               # nothing of the learner's is overwritten
+
+
 def test_failure_message_names_the_error_or_the_failing_line():
     err = {"output_type": "error", "ename": "AssertionError", "evalue": "",
            "traceback": ["\x1b[31mAssertionError\x1b[39m",
@@ -247,6 +281,25 @@ def test_watch_leaves_an_untouched_notebook_not_started(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not started" in out and "FAIL" not in out
     assert Progress(root).get(ex1.name).status == NOT_STARTED
+
+
+def test_watch_waits_for_a_save_while_the_notebook_cannot_be_read(tmp_path, capsys):
+    root = course_copy(tmp_path, names=["ex1_exploding_gradients"])
+    ex1 = EXERCISES[0]
+    path = ex1.released(root)
+    whole = path.read_text()
+    path.write_text(whole[:2000])                 # saved half-way
+    checked = []
+
+    def sleep(_):                                 # the learner saves the whole notebook
+        path.write_text(whole)
+        _edit_an_answer(path)
+
+    code = commands.watch(root, [ex1], None, interval=0.5, max_checks=1, sleep=sleep,
+                          checker=lambda r, e: checked.append(e.name) or 1)
+    assert code == 0 and checked == ["ex1_exploding_gradients"]
+    assert "exploding_gradients.ipynb cannot be read: the file is cut short" in (
+        capsys.readouterr().out)
 
 
 def test_an_ambiguous_prefix_lists_only_the_matching_exercises():

@@ -53,3 +53,32 @@ def test_check_names_the_requirement_an_answer_ignores(tmp_path, capsys):
     assert "FAIL  test_exploding_steps" in out
     assert "NOT MET      strictly above: a norm equal to the threshold is not" in out
     assert "met          a grad_norm of None is left out" in out
+
+
+def test_the_round_off_message_shows_values_that_differ():
+    """ex5: an array put back by `+= eps; -= eps` differs by round-off only; the message shows
+    the two arrays at full precision, not two identical-looking ones."""
+    import numpy as np
+
+    def numerical_gradient(loss_at, array, eps=1e-5):
+        grad = np.zeros_like(array)
+        for i in np.ndindex(array.shape):
+            array[i] += eps
+            plus = loss_at()
+            array[i] -= 2 * eps
+            minus = loss_at()
+            array[i] += eps                       # back, give or take a round-off
+            grad[i] = (plus - minus) / (2 * eps)
+        return grad
+
+    ex = next(e for e in WRITTEN if e.name == "ex5_gradient_check")
+    try:
+        exec(_visible(ex, "test_numerical_gradient"),
+             {"np": np, "numerical_gradient": numerical_gradient})
+    except AssertionError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("the visible test passed an array changed by round-off")
+    assert message.startswith("the array is left exactly as it was found: ")
+    kept, became = message.split(": ", 1)[1].split(" became ")
+    assert kept != became, message

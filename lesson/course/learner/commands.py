@@ -9,7 +9,11 @@ from typing import Callable
 
 from lesson.course.learner.catalog import Exercise, find_course_root, find_exercise, load_exercises
 from lesson.course.learner.progress import DONE, FAILING, NOT_STARTED, Progress, notebook_hash
-from lesson.course.learner.runner import CheckResult, run_notebook
+from lesson.course.learner.runner import (CheckResult, UnreadableNotebook, read_notebook,
+                                          run_notebook)
+
+#: the status of an exercise whose notebook file cannot be read (empty, cut short)
+UNREADABLE = "unreadable"
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -74,10 +78,9 @@ def run(args: argparse.Namespace) -> int:
 def is_untouched(path: Path, cells: tuple[str, ...] = ()) -> bool:
     """True while every answer cell (only those of `cells` when given) still holds exactly
     what the release put there."""
-    import nbformat
     from nbgrader.utils import compute_checksum, is_solution
 
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     answers = [c for c in nb.cells if is_solution(c)
                and (not cells or c.metadata["nbgrader"].get("grade_id") in cells)]
     return all(c.metadata["nbgrader"].get("checksum") == compute_checksum(c) for c in answers)
@@ -119,10 +122,14 @@ def status_of(root: Path, exercise: Exercise, recheck: bool = False) -> tuple[st
     if not path.is_file():
         return "missing", ""
     entry = Progress(root).get(exercise.name)
-    if not recheck and entry.status != NOT_STARTED and entry.notebook_hash == notebook_hash(path):
-        return entry.status, entry.score
-    if is_untouched(path):
-        return NOT_STARTED, ""
+    try:
+        if (not recheck and entry.status != NOT_STARTED
+                and entry.notebook_hash == notebook_hash(path)):
+            return entry.status, entry.score
+        if is_untouched(path):
+            return NOT_STARTED, ""
+    except UnreadableNotebook:
+        return UNREADABLE, ""
     print(f"  checking {exercise.name} ...", flush=True)
     result = run_exercise(root, exercise)
     record(root, exercise, result)
@@ -143,10 +150,36 @@ def show_progress(root: Path, exercises: list[Exercise], recheck: bool = False) 
             solved = sum(progress.get(label).status == DONE for label in e.cases)
             cases = f"  ({solved}/{len(e.cases)} cases done)"
         print(f"{mark} {e.name:<{width}}  {status:<11}  {score:>6}  {e.title}{cases}")
+    for e, status, _ in rows:
+        if status == UNREADABLE:
+            print(f"\n   {e.released(root).relative_to(root)} cannot be read: "
+                  f"`nndebug check {e.name}` says why and how to get it back.")
     done = sum(status == DONE for _, status, _ in rows)
     print(f"\n{done}/{len(rows)} done." + (f" Next: nndebug check {next_step(progress, current)}"
                                               if current else " All exercises pass: well done."))
     return 0
+
+
+def unreadable_advice(root: Path, exc: UnreadableNotebook) -> str:
+    """Which notebook cannot be read, why, and how to get it back (nothing is overwritten
+    here: the damaged file may still hold the learner's answers)."""
+    def shown(p: Path) -> Path:
+        return p.relative_to(root) if p.is_relative_to(root) else p
+
+    path = shown(exc.path)
+    lines = [f"{path} cannot be read: {exc.reason}.",
+             "nndebug changed nothing. To get a working notebook back:"]
+    checkpoint = exc.path.parent / ".ipynb_checkpoints" / f"{exc.path.stem}-checkpoint.ipynb"
+    if checkpoint.is_file():
+        lines.append(f"  - Jupyter's last checkpoint may hold your answers: {shown(checkpoint)} "
+                     "(in Jupyter: File > Revert Notebook to Checkpoint)")
+    if any((folder / ".git").exists() for folder in (root, *root.parents)):
+        lines += [f"  - keep the damaged file aside first: mv {path} {path}.damaged",
+                  f"    then the committed version: git checkout -- {path}",
+                  f"    (or look at it first: git show HEAD:./{path} > {path.stem}.released.ipynb)"]
+    else:
+        lines.append(f"  - copy {path} aside, then fetch the notebook again from the course")
+    return "\n".join(lines)
 
 
 def next_step(progress: Progress, exercise: Exercise) -> str:
@@ -161,14 +194,17 @@ PRINTED_LINES = 3
 
 def report(exercise: Exercise, result: CheckResult, hints_shown: int,
            verbose: bool = False) -> None:
-    """In order: the first error in the student's own cells, each test's result with what it
-    printed, the first failure's message and failing line, and the offer of a hint."""
+    """In order: the first error in the student's own cells (when it can explain the first
+    failure: only tests below its cell can), each test's result with what it printed, the first
+    failure's message and failing line, and the offer of a hint."""
     print(f"\n{exercise.name}: {exercise.title}")
     if result.error:
         print(f"  the notebook did not finish: {result.error}")
-    err = result.answer_error
-    if err is not None:
-        where = f", line {err.line}" if err.line is not None else ""
+    err, failure = result.answer_error, result.first_failure
+    leads = err is not None and (failure.index > err.index if failure is not None
+                                 else not result.tests)
+    where = f", line {err.line}" if err is not None and err.line is not None else ""
+    if leads:
         print(f"  your code raised an error first, in {err.cell}{where}:\n    {err.error}\n"
               "  (the tests below that use it fail because of it: fix this first)")
     for t in result.tests:
@@ -180,12 +216,16 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int,
             print(f"          | ... ({len(lines) - PRINTED_LINES} more lines: --verbose)")
     earned, possible = result.score
     print(f"  score on the visible tests: {earned:g}/{possible:g}")
+    if err is not None and not leads:       # below the first failure: it cannot explain it
+        print(f"  {err.cell} is not written yet: NotImplementedError{where} (a starting stub; "
+              "the tests below it fail until it is)" if err.stub else
+              f"  your code also raised an error, in {err.cell}{where}:\n    {err.error}\n"
+              "  (the tests below it that use it fail because of it)")
     coverage = requirement_status(exercise, result)
     if coverage:
         print("\n  what the text asks, as the visible tests check it:")
         for test, text, status in coverage:
             print(f"    {status:<12} {text}  ({test})")
-    failure = result.first_failure
     if result.passed:
         print("  All visible tests pass. The grader also runs hidden tests on inputs you have "
               "not seen, so make sure your code does what the text asks, not only the example.")
@@ -224,6 +264,11 @@ def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = Non
     path = exercise.released(root)
     if not path.is_file():
         raise ValueError(f"{path} does not exist")
+    try:
+        read_notebook(path)
+    except UnreadableNotebook as exc:
+        print(unreadable_advice(root, exc))
+        return 2
     if exercise.tests and is_untouched(path, exercise.answer_cells):
         print(f"{exercise.name}: not started. Open {path.relative_to(root)}, fill in the cell "
               f"of {exercise.title.split(' of ')[0]} and save; `nndebug hint {exercise.name}` "
@@ -300,7 +345,14 @@ def watch(root: Path, exercises: list[Exercise], chosen: Exercise | None, interv
             if not path.is_file():
                 raise ValueError(f"{path} does not exist")
             seen = path.stat().st_mtime_ns
-            if is_untouched(path, exercise.answer_cells):   # not started: wait for a save
+            try:
+                untouched = is_untouched(path, exercise.answer_cells)
+            except UnreadableNotebook as exc:      # saved half-way, say: wait for a save
+                print(unreadable_advice(root, exc) + "\nwaiting for the next save (Ctrl-C stops)")
+                while path.stat().st_mtime_ns == seen:
+                    sleep(interval)
+                continue
+            if untouched:                          # not started: wait for a save
                 print(f"{exercise.name}: not started. Open {path.relative_to(root)}, "
                       "fill in the cells marked YOUR CODE HERE and save.")
                 while path.stat().st_mtime_ns == seen:

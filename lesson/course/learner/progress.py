@@ -25,9 +25,9 @@ class Entry:
 
 def notebook_hash(path: Path) -> str:
     """A hash of the notebook's cell sources, so saving without edits keeps a status."""
-    import nbformat
+    from lesson.course.learner.runner import read_notebook
 
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     text = "\x00".join(cell.source for cell in nb.cells)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

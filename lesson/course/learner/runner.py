@@ -8,6 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import nbformat
 
 #: seconds one cell may run before it is interrupted (the same limit nbgrader applies)
 CELL_TIMEOUT = 60
@@ -25,6 +29,7 @@ class CellResult:
     passed: bool
     message: str = ""
     printed: str = ""      # what the test cell wrote to stdout (a clipped value, an accuracy)
+    index: int = 0         # the cell's position in the notebook that ran (1 is the first)
 
 
 @dataclass
@@ -34,6 +39,12 @@ class CellError:
     cell: str              # the answer cell's grade_id, or "cell N"
     line: int | None
     error: str             # "SyntaxError: invalid syntax"
+    index: int = 0         # the cell's position: only the tests below it can depend on it
+
+    @property
+    def stub(self) -> bool:
+        """True when the cell stopped at a NotImplementedError: a starting stub not written."""
+        return self.error.startswith("NotImplementedError")
 
 
 @dataclass
@@ -57,6 +68,64 @@ class CheckResult:
     def score(self) -> tuple[float, float]:
         """(points earned, points possible) over the visible tests."""
         return (sum(t.points for t in self.tests if t.passed), sum(t.points for t in self.tests))
+
+
+class UnreadableNotebook(ValueError):
+    """A notebook file nbformat cannot read: empty, cut short, not JSON, not a notebook."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} cannot be read: {reason}")
+        self.path, self.reason = Path(path), reason
+
+
+def _cut_short(text: str) -> bool:
+    """True when JSON text ends inside a string or with a bracket still open."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return in_string or depth > 0
+
+
+def _why_unreadable(text: str, exc: Exception) -> str:
+    """What is wrong with a notebook file's text, in the learner's words."""
+    import json
+
+    if not text.strip():
+        return "the file is empty"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as bad:
+        if _cut_short(text):
+            last = text.count("\n") + 1
+            return f"the file is cut short (it stops in the middle of the notebook, line {last})"
+        return f"the file is not valid JSON ({bad.msg}: line {bad.lineno} column {bad.colno})"
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"the file is JSON but not a notebook ({type(exc).__name__}: {first})"
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """The notebook at `path` (nbformat 4); UnreadableNotebook says why when it is not one."""
+    import nbformat
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableNotebook(path, f"the file is not text ({exc.reason} at byte "
+                                       f"{exc.start})") from exc
+    except OSError as exc:
+        raise UnreadableNotebook(path, exc.strerror or str(exc)) from exc
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds, not all ValueErrors
+        raise UnreadableNotebook(path, _why_unreadable(text, exc)) from exc
 
 
 def _traceback_lines(out: dict) -> list[str]:
@@ -99,7 +168,7 @@ def _answer_error(index: int, cell: dict) -> CellError | None:
             line = (arrow or found or [None])[-1]
             name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
             error = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")
-            return CellError(name, line, error)
+            return CellError(name, line, error, index)
     return None
 
 
@@ -120,11 +189,10 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT,
     `only_tests`, only the test cells of those grade ids run: one clinic case, say; every other
     cell still runs, so the student's own helpers are defined as in grading). With `own_cells`,
     an error raised in another answer cell (another case's starting stub) is not reported."""
-    import nbformat
     from nbclient import NotebookClient
 
     path = Path(path)
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     if only_tests is not None:
         nb.cells = [c for c in nb.cells
                     if not c.get("metadata", {}).get("nbgrader", {}).get("grade")
@@ -156,5 +224,6 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT,
         failed = _cell_failed(outputs) or not ran
         message = _failure_message(outputs) if ran else "the cell did not run"
         result.tests.append(CellResult(meta.get("grade_id", "?"), float(meta.get("points", 0)),
-                                       not failed, message if failed else "", _stdout(outputs)))
+                                       not failed, message if failed else "", _stdout(outputs),
+                                       index))
     return result
