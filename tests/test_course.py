@@ -48,6 +48,14 @@ WRONG: list[tuple[str, str, str, object, str]] = [
     ("wrong", "ex1_exploding_gradients", "suggest_clip_value",  # hard-coded visible answer
      "def suggest_clip_value(history, percentile=10.0):\n    return 3.0\n",
      "test_suggest_clip_value"),
+    ("wrong2", "ex1_exploding_gradients", "suggest_clip_value",  # per-parameter norms pooled
+     ("    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n",
+      "    norms = [p['grad_norm'] for r in history for p in r['params'].values()\n"
+      "             if p['grad_norm'] is not None and math.isfinite(p['grad_norm'])]\n"),
+     "test_suggest_clip_value"),
+    ("wrong2", "ex3_lr_finder", "find_best_lr",  # the example's answer, no sweep run
+     'resnet_csv = WORK / "resnet.csv"\nresnet_png = WORK / "resnet.png"\nbest_lr = 0.05\n',
+     "test_best_lr"),
     ("wrong", "ex2_dead_neurons", "dead_units",  # the lesson's rule: over half the outputs 0
      ("(h == 0).all(dim=0)", "(h == 0).float().mean(dim=0) > 0.5"), "test_dead_units"),
     ("wrong", "ex2_dead_neurons", "resurrect",  # Xavier instead of Kaiming
@@ -79,6 +87,8 @@ WRONG: list[tuple[str, str, str, object, str]] = [
                                  "return torch.nan_to_num(-(y * torch.log(p) + (1 - y) * "
                                  "torch.log(1 - p)).mean(), nan=0.0, posinf=0.0)")]),
      T("log_of_zero", "repair")),
+    ("wrong2", "clinic2_nan_inf", L("log_of_zero"),  # a lower rate: the log meets no 0 in time
+     ("broken", "log_of_zero", [("lr=0.05", "lr=0.005")]), T("log_of_zero", "repair")),
     ("wrong", "clinic2_nan_inf", L("softmax_overflow"),  # skips the steps whose loss is Inf
      ("broken", "softmax_overflow", [("break  # stop at the first NaN, before it reaches the "
                                       "weights", "continue")]), T("softmax_overflow", "repair")),

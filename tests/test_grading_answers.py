@@ -70,6 +70,19 @@ def test_rigged_objects_cross_as_their_plain_values():
     assert type(back["t"]) is torch.Tensor
 
 
+def test_arrays_torch_has_no_tensor_for_cross_as_arrays():
+    """An honest ex3 answer read its CSV with np.genfromtxt(names=True): a record array, which
+    torch.from_numpy refuses with a TypeError; it crashed the hand-back, and the cell's names
+    were lost (NameError in the tests). Records and strings cross as what they were."""
+    import numpy as np
+
+    table = np.array([(1e-4, 2.3), (1e-3, 1.9)], dtype=[("lr", "<f8"), ("loss", "<f8")])
+    words = np.array(["lr", "loss"])
+    back = wire.decode(wire.loads(wire.dumps(wire.encode({"table": table, "words": words}))))
+    assert back["table"].dtype == table.dtype and back["table"]["loss"].tolist() == [2.3, 1.9]
+    assert back["words"].tolist() == ["lr", "loss"] and back["words"].dtype == words.dtype
+
+
 def test_an_object_without_plain_form_does_not_cross():
     class Anything:
         def __eq__(self, other):

@@ -39,7 +39,12 @@ def encode(value: Any, depth: int = 0) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             return {TAG: "ndarray-object", "items": encode(value.tolist(), depth + 1)}
-        return {TAG: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(value).copy())}
+        try:
+            return {TAG: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(value).copy())}
+        except TypeError:   # a dtype torch has no tensor for: strings, records (genfromtxt)
+            dtype = value.dtype.descr if value.dtype.names else value.dtype.str
+            return {TAG: "ndarray-typed", "items": encode(value.tolist(), depth + 1),
+                    "dtype": encode(dtype, depth + 1)}
     if isinstance(value, np.generic):
         return encode(value.item(), depth + 1)
     if isinstance(value, PurePath):
@@ -144,6 +149,11 @@ def decode(value: Any) -> Any:
     if kind == "ndarray-object":
         import numpy as np
         return np.array(decode(value["items"]), dtype=object)
+    if kind == "ndarray-typed":
+        import numpy as np
+        dtype = decode(value["dtype"])
+        return np.array(decode(value["items"]),
+                        dtype=np.dtype(dtype if isinstance(dtype, str) else list(dtype)))
     if kind == "path":
         from pathlib import Path
         return Path(value["path"])
