@@ -364,3 +364,23 @@ def test_data_dir_must_exist_and_reaches_the_kernels_environment(tmp_path, monke
         __import__("os").environ.get("NNDEBUG_DATA_DIR")) or CheckResult(Path(path)))
     cli("check", root, "ex3", "--data-dir", str(tmp_path))
     assert seen == [str(tmp_path.resolve())]
+
+
+def test_next_after_a_pass_is_the_one_exercises_names(tmp_path):
+    """ex5 passed while ex4 was never started: `check` said "Next: case1_1" (the one after ex5)
+    while `nndebug exercises` named ex4. Both name the first exercise not done now; after a
+    clinic case, its clinic's next case still comes first."""
+    progress = Progress(tmp_path)
+    names = [e.name for e in EXERCISES]
+    done = names[:names.index("ex5_gradient_check") + 1]
+    for name in done:
+        if name != "ex4_data_validator":
+            progress.get(name).status = DONE
+    ex5 = find_exercise("ex5_gradient_check", EXERCISES)
+    assert commands.step_after(progress, ex5, EXERCISES) == "ex4_data_validator"
+    progress.get("ex4_data_validator").status = DONE
+    clinic = next(e for e in EXERCISES if e.cases)
+    assert commands.step_after(progress, ex5, EXERCISES) == clinic.cases[0]
+    case = find_exercise(clinic.cases[0], EXERCISES)
+    progress.get(clinic.cases[0]).status = DONE
+    assert commands.step_after(progress, case, EXERCISES) == clinic.cases[1]

@@ -288,7 +288,8 @@ def check(root: Path, exercise: Exercise, exercises: list[Exercise] | None = Non
 
 def step_after(progress: Progress, exercise: Exercise, exercises: list[Exercise]) -> str | None:
     """What to check after `exercise` passed: after a case, its clinic's next case not done;
-    after the last one (or an assignment), the next assignment."""
+    after the last one (or an assignment), the first exercise of the course not done, the
+    one `nndebug exercises` names (an exercise skipped earlier comes first)."""
     if exercise.assignment:
         clinic = next((e for e in exercises if e.name == exercise.assignment), None)
         if clinic is None:
@@ -297,8 +298,9 @@ def step_after(progress: Progress, exercise: Exercise, exercises: list[Exercise]
         if label is not None:
             return label
         exercise = clinic
-    following = exercises[exercises.index(exercise) + 1:] if exercise in exercises else []
-    return next_step(progress, following[0]) if following else None
+    following = next((e for e in exercises if e is not exercise
+                      and progress.get(e.name).status != DONE), None)
+    return next_step(progress, following) if following is not None else None
 
 
 def hint(root: Path, exercise: Exercise) -> int:
