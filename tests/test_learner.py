@@ -217,6 +217,16 @@ def test_failure_message_names_the_error_or_the_failing_line():
     named = {"output_type": "error", "ename": "NameError", "evalue": "name 'f' is not defined",
              "traceback": []}
     assert _failure_message([named]) == "NameError: name 'f' is not defined"
+    crashed = {"output_type": "error", "ename": "TypeError",
+               "evalue": "unsupported operand type(s) for ** or pow(): 'NoneType' and 'int'",
+               "traceback": ["Cell In[7], line 3\n      2 record = {'params': {'w': None}}\n"
+                             "----> 3 assert total_grad_norm([record]) == 0\n",
+                             "Cell In[4], line 5, in total_grad_norm(history)\n"
+                             "----> 5     return math.sqrt(sum(n ** 2 for n in norms))\n"]}
+    assert _failure_message([crashed]) == (
+        "TypeError: unsupported operand type(s) for ** or pow(): 'NoneType' and 'int'\n"
+        "    failing line: assert total_grad_norm([record]) == 0\n"
+        "    raised at: return math.sqrt(sum(n ** 2 for n in norms))")
     warning = {"output_type": "stream", "name": "stderr", "text": "UserWarning: meh\n"}
     assert not _cell_failed([warning])
     assert _cell_failed([{"output_type": "stream", "name": "stderr", "text": "boom\n"}])

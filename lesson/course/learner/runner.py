@@ -132,20 +132,25 @@ def _traceback_lines(out: dict) -> list[str]:
     return [ln for chunk in out.get("traceback", []) for ln in _ANSI.sub("", chunk).splitlines()]
 
 
+def _pointed(line: str) -> str:
+    """The code of a traceback line IPython points at (`----> 3 code`)."""
+    return re.sub(r"^\d+\s+", "", line.split("--->", 1)[1].strip())
+
+
 def _failure_message(outputs: list) -> str:
-    """The error's name and text and, for a failed assert, the line that failed (an assert
-    whose message is only a value, `AssertionError: 7.0`, says little without its line)."""
+    """The error's name and text, and the line that failed: for an assert, the assert (one
+    whose message is only a value, `AssertionError: 7.0`, says little without it); for an
+    error the student's code raised, the test's line that called it and the line that raised."""
     for out in outputs:
         if out.get("output_type") == "error":
             head = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")
-            if out.get("evalue") and out.get("ename") != "AssertionError":
-                return head
-            pointer = [ln for ln in _traceback_lines(out) if "--->" in ln]
+            pointer = [_pointed(ln) for ln in _traceback_lines(out) if "--->" in ln]
+            if out.get("ename") == "AssertionError":
+                return f"{head}\n    failing line: {pointer[-1]}" if pointer else head
             if not pointer:
                 return head
-            where = pointer[-1].split("--->", 1)[1].strip()
-            where = re.sub(r"^\d+\s+", "", where)          # IPython's line number
-            return f"{head}\n    failing line: {where}"
+            raised = f"\n    raised at: {pointer[-1]}" if len(pointer) > 1 else ""
+            return f"{head}\n    failing line: {pointer[0]}{raised}"
     for out in outputs:
         if out.get("output_type") == "stream" and out.get("name") == "stderr":
             return "the cell wrote to stderr: " + out.get("text", "").strip()[:300]
