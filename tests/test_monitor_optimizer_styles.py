@@ -21,6 +21,13 @@ def data(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, (x @ torch.tensor([1.0, -2.0, 0.5, 1.5]) > 0).long()
 
 
+def batches(x: torch.Tensor, y: torch.Tensor, steps: int, size: int = 32):
+    """`steps` batches of `size` rows, in order, going round the data."""
+    for k in range(steps):
+        i = k * size % len(x)
+        yield x[i:i + size], y[i:i + size]
+
+
 def tiny(seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
@@ -80,8 +87,7 @@ def test_sam_two_passes_at_other_weights_are_no_accumulation():
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     rho = 0.05
     with NetworkDebugger(model, opt) as dbg:
-        for i in range(0, 512 * 4, 32):
-            xb, yb = x[i % 512:i % 512 + 32], y[i % 512:i % 512 + 32]
+        for xb, yb in batches(x, y, 64):
             opt.zero_grad()
             loss = F.cross_entropy(model(xb), yb)
             loss.backward()
@@ -136,8 +142,7 @@ def test_gradients_set_by_hand_are_gradients():
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     loss_of = _functional_loss(model)
     with NetworkDebugger(model, opt, warmup=20) as dbg:
-        for i in range(0, 256 * 8, 32):
-            xb, yb = x[i % 256:i % 256 + 32], y[i % 256:i % 256 + 32]
+        for xb, yb in batches(x, y, 64):
             params = {n: p.detach() for n, p in model.named_parameters()}
             grads = grad(loss_of)(params, xb, yb)
             for n, p in model.named_parameters():
@@ -163,8 +168,7 @@ def test_per_sample_gradients_under_vmap_do_not_break_the_debugger():
     def one(params, xi, yi):
         return loss_of(params, xi[None], yi[None])
     with NetworkDebugger(model, opt, warmup=3, every=2) as dbg:
-        for i in range(0, 256 * 4, 32):
-            xb, yb = x[i % 256:i % 256 + 32], y[i % 256:i % 256 + 32]
+        for xb, yb in batches(x, y, 32):
             params = {n: p.detach() for n, p in model.named_parameters()}
             per_sample = vmap(grad(one), in_dims=(None, 0, 0))(params, xb, yb)
             for n, p in model.named_parameters():
@@ -185,8 +189,7 @@ def test_a_frozen_tensor_with_a_zero_filled_gradient_still_moves_and_is_named():
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
     with NetworkDebugger(model, opt) as dbg:
-        for i in range(0, 256 * 8, 32):
-            xb, yb = x[i % 256:i % 256 + 32], y[i % 256:i % 256 + 32]
+        for xb, yb in batches(x, y, 64):
             opt.zero_grad()
             loss = F.cross_entropy(model(xb), yb)
             loss.backward()
