@@ -156,7 +156,7 @@ class NetworkDebugger(Engine):
         self._cleared_steps: list[int] = []
         self._no_grad_before: tuple[list[nn.Parameter], list[torch.Tensor], list[bool],
                                     list[torch.Tensor]] | None = None
-        self._grads_held: dict[int, tuple[weakref.ref, int]] = {}   # see _note_grads_held
+        self._grads_held: dict[int, tuple[weakref.ref, int]] = {}   # see _remember_grads
         self._moved_without_grad: dict[str, tuple[int, float]] = {}
         self._functional: FunctionalWatch | None = None
         # a debugger dropped mid-step (its mode still entered) takes its mode off torch's
@@ -466,9 +466,9 @@ class NetworkDebugger(Engine):
             self._backward_since_forward = True
             self._count_pass()
         if not self._all_got_grad:
-            self._note_held_grads()
+            self._mark_got_grad()
 
-    def _note_held_grads(self) -> None:
+    def _mark_got_grad(self) -> None:
         """A parameter holding a .grad got a gradient, from a backward or set by hand."""
         got = self._got_grad
         for i, (_, p) in enumerate(self._params):
@@ -665,7 +665,7 @@ class NetworkDebugger(Engine):
             if (s is not None and not self._grad_this_step[s]) or not self._all_got_grad:
                 self._check_sentinel()
         elif not self._all_got_grad:
-            self._note_held_grads()
+            self._mark_got_grad()
         if self._before is not None:                # full steps (Engine)
             self._measure_updates()
         if self._no_grad_before is not None:
@@ -690,7 +690,7 @@ class NetworkDebugger(Engine):
         self._opt_steps += 1
         self._advance()
 
-    def _note_grads_held(self) -> None:
+    def _remember_grads(self) -> None:
         """At the end of the step before a statistics step: the .grad each stepped tensor holds
         (weakly) and its version, so that the statistics step tells a gradient left over
         unchanged (a tensor frozen without zero_grad()) from one set afresh by hand."""
@@ -777,7 +777,7 @@ class NetworkDebugger(Engine):
             self._toggle_step_pre_hook(True)
             self._toggle_global_hooks(True)
             self._first_fired = None
-            self._note_grads_held()
+            self._remember_grads()
         if self.reducer is not None:
             self.reducer.step = self._step
         self._grad_this_step = [False] * len(self._params)
