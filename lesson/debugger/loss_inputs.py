@@ -161,13 +161,9 @@ def values_tolerance(output: torch.Tensor) -> float | torch.Tensor:
     x = output.detach()
     if x.dtype != torch.float32 or x.numel() == 0:
         return sum_tolerance(x.dtype)
-    fits = {low: (x.to(low).float() == x).all() for low in (torch.bfloat16, torch.float16)}
-    return torch.where(fits[torch.bfloat16], sum_tolerance(torch.bfloat16),   # the coarser
-                       torch.where(fits[torch.float16], sum_tolerance(torch.float16),
-                                   sum_tolerance(x.dtype)))
+    tol: float | torch.Tensor = sum_tolerance(x.dtype)
     for low in (torch.float16, torch.bfloat16):      # the coarser one wins if both fit
-        fits = (x.to(low).float() == x).all()
-        tol = torch.where(fits, sum_tolerance(low), tol)
+        tol = torch.where((x.to(low).float() == x).all(), sum_tolerance(low), tol)
     return tol
 
 
