@@ -152,8 +152,10 @@ def decode(value: Any) -> Any:
     if kind == "ndarray-typed":
         import numpy as np
         dtype = decode(value["dtype"])
-        return np.array(decode(value["items"]),
-                        dtype=np.dtype(dtype if isinstance(dtype, str) else list(dtype)))
+        dtype = np.dtype(dtype if isinstance(dtype, str) else list(dtype))
+        if dtype.itemsize > 1 << 16:      # a sandbox's claim; the items are what crossed
+            raise Unreadable(f"an array of {dtype.itemsize}-byte items")
+        return np.array(decode(value["items"]), dtype=dtype)
     if kind == "path":
         from pathlib import Path
         return Path(value["path"])
