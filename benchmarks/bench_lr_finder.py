@@ -23,13 +23,18 @@ rates a quarter-decade apart can score within a few percent, within the run-to-r
 the "near best" column prints the band of grid rates scoring within 10% of the best (read a
 ratio near 3x against it). The target itself is unchanged: ratio to the grid's argmin.
 
-Held-out check: `--set held-out` (or `--held-out`) runs 8 other tasks (other seeds, widths,
-depths and targets, a CNN with Adam, SGD with momentum) that the suggestion rule was not
-designed on; `--set extra` 7 more (a GRU and an LSTM on sequences, with Adam and with SGD
-momentum, an LSTM regression, and tasks scored on a 50-step and a 1000-step budget);
-`--set all` runs all 20 and counts, per tool, the tasks within 3x and the rates that diverge.
-BENCH_SEED=1 changes every initialisation. Tasks run in parallel processes (`--jobs`, default
-2), one torch thread each; the numbers do not depend on it.
+Task sets (`--set`): the benchmark's five; `held-out`, 8 others (other seeds, widths, depths
+and targets, a CNN with Adam, SGD with momentum); `extra`, 7 more (a GRU and an LSTM on
+sequences, with Adam and with SGD momentum, an LSTM regression, budgets of 50 and 1000 steps);
+`edge`, 6 where the best rate sits near the edge of stability (plain SGD without momentum on
+500-2000 steps: tanh, sigmoid, a CNN, a small transformer, a wide MLP, a tanh regression);
+`edge-held-out`, 7 more of that kind (a tanh CNN, a two-layer sigmoid MLP, a two-layer
+transformer, a ReLU MLP, a linear classifier, a deeper tanh MLP, a ReLU regression). The
+suggestion rules were designed on `tuning` (benchmark, extra, edge) and only checked on
+`confirm` (held-out, edge-held-out); `all` runs the 33 and counts, per tool, the tasks
+within 3x and the rates that diverge. BENCH_SEED=1 changes every initialisation. Tasks run in
+parallel processes (`--jobs`, default 2), one torch thread each; the numbers do not depend on
+it; `-k` picks tasks by name.
 
     .venv/bin/python benchmarks/bench_lr_finder.py [--set all] [--jobs 1] [raw.npy]
 """
@@ -342,18 +347,20 @@ def edge_held_out_tasks() -> list[Task]:
     ]
 
 
-#: the task sets `--set` chooses from ("all" runs every one of them)
+#: the task sets `--set` chooses from
 SETS: dict[str, Callable[[], list[Task]]] = {
     "benchmark": lambda: tasks(), "held-out": lambda: held_out_tasks(),
     "extra": lambda: extra_tasks(), "edge": lambda: edge_tasks(),
     "edge-held-out": lambda: edge_held_out_tasks()}
+#: ...and the groups of sets: "tuning", the sets the suggestion rules were designed on;
+#: "confirm", the sets they were only checked on; "all", every set
+GROUPS = {"tuning": ("benchmark", "extra", "edge"), "confirm": ("held-out", "edge-held-out"),
+          "all": tuple(SETS)}
 
 
 def all_tasks(name: str) -> list[Task]:
-    """The tasks of one set, or of every set for "all"."""
-    if name == "all":
-        return [t for make in SETS.values() for t in make()]
-    return SETS[name]()
+    """The tasks of one set or group of sets."""
+    return [t for s in GROUPS.get(name, (name,)) for t in SETS[s]()]
 
 
 def train_avg(task: Task, init: nn.Module, lr: float) -> float:
@@ -427,10 +434,12 @@ def ours(task: Task, init: nn.Module) -> float | None:
     result = find_learning_rate(model, task.loader(), None, task.criterion,
                                 optimizer=task.make_optimizer, verbose=False)
     RAW[task.name] = (result.lrs, result.losses)
+    RULE[task.name] = result.kind or "none"
     return result.suggested_lr
 
 
 RAW: dict[str, tuple[list[float], list[float]]] = {}
+RULE: dict[str, str] = {}       # the rule our finder chose for each task ("edge", "steepest")
 
 
 def lesson_rule(task: Task, init: nn.Module) -> float | None:
@@ -481,6 +490,7 @@ def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
         lr = fn(task, init)
         loss = train_avg(task, init, lr) if lr else math.nan
         row[tool] = (lr, loss)
+    row["rule"] = RULE.get(task.name)
     print(f"  done: {task.name} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return row, {"grid": grid, "best": best, "sweep": RAW.get(task.name)}
 
@@ -488,9 +498,12 @@ def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", nargs="?", help="save the raw grids and sweeps to this .npy")
-    parser.add_argument("--set", choices=[*SETS, "all"], default="benchmark",
+    parser.add_argument("--set", choices=[*SETS, *GROUPS], default="benchmark",
                         help="which tasks: the benchmark's five (default), the held-out eight, "
-                             "the extra seven (RNNs, short and long budgets), or all of them")
+                             "the extra seven (RNNs, short and long budgets), the edge six "
+                             "(plain SGD, 500-2000 steps), the edge-held-out seven; 'tuning' "
+                             "and 'confirm' (the sets the rules were designed on / only "
+                             "checked on), or all of them")
     parser.add_argument("--held-out", action="store_true", help="the same as --set held-out")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="tasks run in parallel, one thread each (default 2)")
@@ -516,7 +529,7 @@ def main() -> None:
     width = max(len(row["task"]) for row in rows)
     head = (f"{'task':<{width}} {'grid best':>9} {'near best':>17}  {'tool':<16} "
             f"{'suggested':>9} {'ratio':>6} {'diverges':>8} {'loss@sugg':>10} "
-            f"{'loss@best':>10} {'loss x':>6}")
+            f"{'loss@best':>10} {'loss x':>6}  rule")
     print(head)
     print("-" * len(head))
     missed = []
@@ -538,7 +551,8 @@ def main() -> None:
             lr_cell = f"{lr:.2e}" if lr else "none"
             print(f"{task_cell:<{width}} {best_cell:>9} {near_cell:>17}  {tool:<16} "
                   f"{lr_cell:>9} {ratio:>6.2f} {'YES' if diverges else 'no':>8} "
-                  f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}")
+                  f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}"
+                  + (f"  {row['rule']}" if tool == "ours" else ""))
     costs = ", ".join(f"{r['cost']}" for r in rows)
     print(f"\ncost per task in optimizer steps: range test 100; grid search {costs} "
           f"(up to {max(r['cost'] for r in rows) // 100}x the range test)")
