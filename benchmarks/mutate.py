@@ -28,16 +28,19 @@ equivalent, surviving and the killed share, then each survivor (line and change)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,10 +102,32 @@ def copy_tree() -> Path:
     return tree
 
 
-def test_command(spec: dict, markers: str) -> str:
-    return " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                     "-p", "no:randomly", "--no-header", "-m", f"'{spec.get('markers', markers)}'",
-                     *spec["tests"]])
+def pytest_args(spec: dict, markers: str) -> list[str]:
+    return ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+            "-m", spec.get("markers", markers), *spec["tests"]]
+
+
+def test_command(spec: dict, markers: str, server: Path, timeout: float) -> str:
+    """What Cosmic Ray runs for one mutant: the module's tests, in a fork of the warm server."""
+    return " ".join([sys.executable, str(HERE / "mutation_forkserver.py"), "run", str(server),
+                     f"{timeout:.0f}", "--", *map(shlex.quote, pytest_args(spec, markers))])
+
+
+@contextmanager
+def warm_server(tree: Path):
+    """benchmarks/mutation_forkserver.py serving in `tree`, its imports done."""
+    sock = Path(tempfile.mkdtemp(prefix="nndebug-forkserver-")) / "socket"
+    proc = subprocess.Popen(["nice", "-n", "10", sys.executable, str(HERE / "mutation_forkserver.py"),
+                             "serve", str(sock)], cwd=tree, env=run_env(tree),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            sys.exit("mutate: the fork server did not start")
+        yield sock
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(sock.parent, ignore_errors=True)
 
 
 def run_env(tree: Path) -> dict[str, str]:
@@ -112,7 +137,7 @@ def run_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def baseline(tree: Path, command: str) -> float:
+def baseline(tree: Path, spec: dict, markers: str, server: Path) -> float:
     """Seconds the unmutated tests take; they must pass, and import the copy."""
     env = run_env(tree)
     where = subprocess.run([sys.executable, "-c", "import lesson; print(lesson.__file__)"],
@@ -120,7 +145,8 @@ def baseline(tree: Path, command: str) -> float:
     if not where.startswith(str(tree)):
         sys.exit(f"mutate: the copy's lesson is not the one imported ({where.strip()})")
     start = time.monotonic()
-    done = subprocess.run(command, shell=True, cwd=tree, env=env, capture_output=True, text=True)
+    done = subprocess.run(shlex.split(test_command(spec, markers, server, 3600)), cwd=tree,
+                          env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"mutate: the tests fail without any mutant:\n{done.stdout[-3000:]}"
                  f"{done.stderr[-2000:]}")
@@ -145,7 +171,7 @@ def _in_message(mutation, spans) -> bool:
 
 
 def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
-         timeout: float) -> Path:
+         server: Path, timeout: float) -> Path:
     """A Cosmic Ray session for `module`: its config, the chosen mutants pending."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
@@ -153,8 +179,9 @@ def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
     SESSIONS.mkdir(exist_ok=True)
     config = session(module).with_suffix(".toml")
     config.write_text("\n".join([
-        "[cosmic-ray]", f'module-path = "{module}"', f"timeout = {timeout:.0f}",
-        "excluded-modules = []", f"test-command = {test_command(spec, markers)!r}",
+        "[cosmic-ray]", f'module-path = "{module}"', f"timeout = {timeout + 30:.0f}",
+        "excluded-modules = []",
+        f"test-command = {json.dumps(test_command(spec, markers, server, timeout))}",
         "[cosmic-ray.distributor]", 'name = "local"', ""]))
     db = session(module)
     db.unlink(missing_ok=True)
@@ -172,6 +199,13 @@ def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
         work.set_multiple_results(skip, WorkResult(output="not chosen",
                                                    worker_outcome=WorkerOutcome.SKIPPED))
     return db
+
+
+def _point_at(module: str, server: Path) -> None:
+    config = session(module).with_suffix(".toml")
+    text = re.sub(r"mutation_forkserver\.py run \S+", f"mutation_forkserver.py run {server}",
+                  config.read_text())
+    config.write_text(text)
 
 
 def execute(module: str, tree: Path) -> None:
@@ -271,11 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                 missing = [t for t in spec["tests"] if not (ROOT / t.split("::")[0]).exists()]
                 if missing:
                     sys.exit(f"mutate: {module}'s tests {missing} do not exist")
-                if args.fresh or not session(module).exists():
-                    seconds = baseline(tree, test_command(spec, markers))
+                with warm_server(tree) as server:
+                    seconds = baseline(tree, spec, markers, server)
                     print(f"== {module}: baseline {seconds:.1f} s", flush=True)
-                    init(module, spec, markers, tree, args.sample, timeout=3 * seconds + 30)
-                execute(module, tree)
+                    if args.fresh or not session(module).exists():
+                        init(module, spec, markers, tree, args.sample, server,
+                             timeout=3 * seconds + 30)
+                    else:       # resumed: the new server's socket in the command
+                        _point_at(module, server)
+                    execute(module, tree)
                 report([module])
         finally:
             shutil.rmtree(tree, ignore_errors=True)
