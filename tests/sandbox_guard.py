@@ -26,7 +26,7 @@ def attempt(key, fn):
     try:
         out[key] = fn()
     except PermissionError as exc:
-        out[key] = "refused: " + str(exc)
+        out[key] = "refused: " + str(exc).split("sandbox: ", 1)[-1]
     except OSError as exc:
         out[key] = "error: " + type(exc).__name__
 for path in READS:
@@ -37,18 +37,20 @@ for path in LISTS:
     attempt("list " + path, lambda: sorted(os.listdir(path)))
 for fd, name in ((r, "fd_in"), (w, "fd_out")):
     if name in CHANNELS:
-        attempt(name, lambda: os.fdopen(os.dup(fd)) and "opened")
-if CODE:
-    attempt("code", lambda: (exec(CODE, {}) or "ran"))
+        attempt(name, lambda: open(fd, closefd=False) and "opened")
+for key, code in CODE.items():
+    namespace = {"child": child}
+    attempt(key, lambda: exec(code, namespace) or namespace.get("result", "ran"))
 out["violations"] = list(child.VIOLATIONS)
 sys.stdout.write(json.dumps(out))
 """
 
 
 def run_guarded(deny: list[str] = (), reads: list[str] = (), writes: list[str] = (),
-                lists: list[str] = (), channels: list[str] = (), code: str = "",
+                lists: list[str] = (), channels: list[str] = (), code: dict[str, str] = {},
                 workdir: str | None = None) -> dict:
-    """Each path read, written or listed under the guard: its content, or 'refused: why'."""
+    """Each path read, written or listed under the guard: its content, or 'refused: why';
+    each snippet of `code` run (its `result`, or "ran"); "violations", what the guard noted."""
     from lesson.course.grading.sandbox import _code_roots, _package_dirs
 
     own = workdir or tempfile.mkdtemp(prefix="nndebug-guard-")
@@ -56,7 +58,7 @@ def run_guarded(deny: list[str] = (), reads: list[str] = (), writes: list[str] =
         values = {"CODE_ROOTS": _code_roots(), "WORKDIR": own, "PACKAGES": _package_dirs(),
                   "DENY": [os.path.realpath(d) for d in deny], "READS": list(reads),
                   "WRITES": list(writes), "LISTS": list(lists), "CHANNELS": list(channels),
-                  "CODE": code}
+                  "CODE": dict(code)}
         script = "".join(f"{k} = {v!r}\n" for k, v in values.items()) + _SCRIPT
         done = subprocess.run([sys.executable, "-I", "-B", "-c", script], cwd=own,
                               capture_output=True, text=True, timeout=60,
