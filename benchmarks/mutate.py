@@ -208,6 +208,22 @@ def _point_at(module: str, server: Path) -> None:
     config.write_text(text)
 
 
+def retry_survivors(module: str) -> int:
+    """Make the surviving mutants of `module`'s session pending again (after new tests)."""
+    import sqlite3
+
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    with use_db(str(session(module)), WorkDB.Mode.open) as work:
+        again = [item.job_id for item, result in work.completed_work_items
+                 if result.worker_outcome != WorkerOutcome.SKIPPED
+                 and result.test_outcome == TestOutcome.SURVIVED]
+    with sqlite3.connect(session(module)) as db:
+        db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
+    return len(again)
+
+
 def execute(module: str, tree: Path) -> None:
     config = session(module).with_suffix(".toml")
     cmd = ["nice", "-n", "10", sys.executable, "-m", "cosmic_ray.cli", "exec", str(config),
@@ -294,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="at most this many mutants per module")
     parser.add_argument("--report", action="store_true", help="only print the last results")
     parser.add_argument("--fresh", action="store_true", help="start sessions again")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run the last survivors again (after adding tests)")
     args = parser.parse_args(argv)
     mapped, markers = load_map()
     modules = select(mapped, args.paths)
@@ -313,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                              timeout=3 * seconds + 30)
                     else:       # resumed: the new server's socket in the command
                         _point_at(module, server)
+                        if args.survivors:
+                            print(f"   {retry_survivors(module)} survivors again", flush=True)
                     execute(module, tree)
                 report([module])
         finally:

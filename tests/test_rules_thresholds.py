@@ -644,3 +644,74 @@ def test_loss_input_findings_blame_the_layer_that_computes_the_output():
     assert [f.layer for f in found] == ["2", None, "1"]
     assert found[0].evidence["output_layer"] == "2"
     assert rules.output_layer(Evidence(layer_order=["f"], layer_kinds={"f": "Flatten"})) is None
+
+
+# -- found by mutation testing (benchmarks/mutate.py): edges the cases above did not reach ------
+def test_mode_evidence_counts_every_pass_and_keeps_the_first():
+    em = ModeEvidence()
+    em.add(["bn"], step=3)
+    em.add(["bn", "drop"], step=7)
+    assert (em.count, em.modules, em.first_step) == (2, ["bn"], 3)
+
+
+def test_three_evaluations_are_too_few_to_call_overfitting():
+    assert rules.overfit_rise([0.5, 0.6, 0.6], TH) is None
+    assert rules.overfit_rise([0.6, 0.5, 0.6, 0.6], TH) is not None
+
+
+def test_a_short_run_is_judged_on_its_first_and_last_loss():
+    """Five losses: the quarters are one loss each. This one fell by more than half before it
+    swung, which is progress, not oscillation."""
+    assert loss_verdict([3.0, 1.0, 1.4, 1.0, 1.45]) == "HEALTHY"
+    assert loss_verdict([2.0, 1.0, 1.4, 1.0, 1.45]) == "OSCILLATING"
+
+
+def test_oscillation_of_three_losses():
+    assert rules.oscillation([1.0, 2.0, 1.0], 1.0) == (1.0, 1.0 / (4 / 3), 0.0)
+    assert rules.oscillation([1.0, 2.0], 1.0) == (0.0, 0.0, 1.0)
+
+
+def test_the_first_nonfinite_record_is_the_one_reported():
+    recs = [record(4, layers={"b": layer(nonfinite=1)}),
+            record(8, layers={"c": layer(nonfinite=1)}, params={"w": param(nonfinite_grad=1)})]
+    found = rules.rule_nonfinite(Evidence(history=recs, losses=[1.0]), TH)
+    assert (found[0].layer, found[0].step) == ("b", 4)
+    assert found[0].evidence["nonfinite_grad_params"] == []
+
+
+def test_two_losses_are_enough_to_see_a_blow_up():
+    assert codes(rules.rule_lr_too_high(Evidence(losses=[1.0, 10.5]), TH)) == ["LR_TOO_HIGH"]
+    assert rules.rule_lr_too_high(Evidence(losses=[1.0, 9.5]), TH) == []
+
+
+def test_growth_from_a_silent_first_record_is_not_a_growth():
+    found = rules.rule_activation_scale(scale_evidence({"a": layer(std=2000.0), "out": layer()},
+                                                       {"a": layer(std=0.0), "out": layer()}), TH)
+    assert found[0].evidence["growth"] == 1.0
+
+
+def test_growth_counts_only_above_an_rms_of_ten():
+    for rms, expected in ((10.5, ["EXPLODING_ACTIVATIONS"]), (9.5, [])):
+        ev = scale_evidence({"a": layer(std=rms), "out": layer()},
+                            {"a": layer(std=0.05), "out": layer()})
+        assert codes(rules.rule_activation_scale(ev, TH)) == expected, rms
+
+
+def test_gradient_norm_and_growth_count_at_their_edge():
+    assert codes(rules.rule_exploding_gradient(grads([1e4], weight=1e4), TH)) == [
+        "EXPLODING_GRADIENT"]
+    assert codes(rules.rule_exploding_gradient(grads([0.05, 5.0], weight=5.0), TH)) == [
+        "EXPLODING_GRADIENT"]
+    assert codes(rules.rule_exploding_gradient(grads([10.0], weight=1.0), TH)) == [
+        "EXPLODING_GRADIENT"]
+
+
+def test_the_suggested_clip_from_two_calm_steps_is_the_larger():
+    found = rules.rule_exploding_gradient(grads([1.0, 2.0, 50.0]), TH)
+    assert found[0].evidence["healthy_steps"] == 2 and found[0].evidence["suggested_clip"] == 2.0
+
+
+def test_frozen_params_evidence_lists_ten_tensors():
+    moved = {f"{i}.weight": (1, 1e-3) for i in range(12)}
+    found = rules.rule_frozen_params_move(Evidence(moved_without_grad=moved), TH)
+    assert len(found[0].evidence["params"]) == 10 and len(found[0].evidence["steps_moved"]) == 10
