@@ -230,3 +230,38 @@ def test_history_thinning_keeps_the_first_and_the_newest_record(max_history):
             steps = [r["step"] for r in dbg.history]
             assert steps[0] == 0 and steps[-1] == step, (step, steps)
             assert len(steps) <= max_history and steps == sorted(set(steps))
+
+
+# -- caught before only by slow tests: now in the quick suite -------------------------------------
+def test_exploding_gradient_to_weight_threshold_in_the_quick_suite():
+    """Mutant: `exploding_grad_to_weight` moved (caught before only by the slow catalogue)."""
+    def found(grad: float) -> list[str]:
+        rec = {"step": 0, "layers": {}, "lr": 0.1, "loss": 1.0,
+               "params": {"w": {"grad_norm": grad, "weight_norm": 2.0, "ndim": 2}}}
+        return [f.code for f in rules.rule_exploding_gradient(Evidence(history=[rec]), TH)]
+    assert found(21.0) == ["EXPLODING_GRADIENT"]       # 10.5x the weights
+    assert found(19.0) == []                           # 9.5x
+
+
+def test_every_step_that_lost_its_gradients_before_the_step_is_counted():
+    """Mutant: the monitor's unstepped counter not counting (`+ 0`, or `= 1`). zero_grad()
+    between backward() and step() leaves each step nothing to apply: PARAMS_NOT_UPDATED, with
+    the number of steps it happened at."""
+    from lesson.debugger.monitor import NetworkDebugger
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    before = model[0].weight.detach().clone()
+    with NetworkDebugger(model, opt, nn.CrossEntropyLoss(), every=1) as dbg:
+        for _ in range(5):
+            loss = dbg.criterion(model(x), y)
+            loss.backward()
+            opt.zero_grad()                     # the bug: the gradients are gone
+            opt.step()
+            dbg.record_loss(loss.detach())
+        assert torch.equal(model[0].weight.detach(), before)     # the symptom: nothing moved
+        assert dbg.evidence().unstepped == {n: 5 for n, _ in model.named_parameters()}
+        found = [f for f in dbg.diagnose() if f.code == "PARAMS_NOT_UPDATED"]
+    assert found and found[0].evidence["tensors"]["0.weight"] == 5
