@@ -193,11 +193,11 @@ def test_lr_too_high_evidence_and_first_step():
     hist = [record(0, params={"w": param(update_ratio=0.001)}),
             record(10, params={"w": param(update_ratio=0.02)}),
             record(20, params={"w": param(update_ratio=2.0)})]
-    found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.0],
+    found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.5, 1.2],
                                             lrs=[(0, 0.5), (20, 0.7)]), TH)
     assert found[0].step == 10
-    assert found[0].evidence == {"max_update_ratio": 2.0, "loss_first": 1.0, "loss_max": 1.0,
-                                 "loss_last": 1.0, "lr": 0.7}
+    assert found[0].evidence == {"max_update_ratio": 2.0, "loss_first": 1.0, "loss_max": 1.5,
+                                 "loss_last": 1.2, "lr": 0.7}
 
 
 # -- LR_TOO_LOW ----------------------------------------------------------------------------------
@@ -715,3 +715,28 @@ def test_frozen_params_evidence_lists_ten_tensors():
     moved = {f"{i}.weight": (1, 1e-3) for i in range(12)}
     found = rules.rule_frozen_params_move(Evidence(moved_without_grad=moved), TH)
     assert len(found[0].evidence["params"]) == 10 and len(found[0].evidence["steps_moved"]) == 10
+
+
+def test_light_records_count_for_dead_units_and_records_without_a_sample_count_are_judged():
+    light = [record(s, layers={"relu": layer(dead=0.8)}, full=False) for s in range(3)]
+    assert codes(rules.rule_dead_neurons(Evidence(history=light, layer_order=["relu"]), TH)) == [
+        "DEAD_NEURONS"]
+    bare = layer(sample_std=0.0)
+    del bare["samples"]
+    ev = scale_evidence({"a": bare, "out": layer()})
+    assert codes(rules.rule_activation_scale(ev, TH)) == ["COLLAPSED_ACTIVATIONS"]
+
+
+def test_lr_too_low_skips_tensors_without_a_gradient_or_a_weight():
+    ev = lr_low()
+    for rec in ev.history:
+        rec["params"]["none"] = param(grad=None, update_ratio=1e-6)
+        rec["params"]["zero"] = param(grad=1.0, weight=0.0, update_ratio=1e-6)
+    assert codes(rules.rule_lr_too_low(ev, TH)) == ["LR_TOO_LOW"]
+
+
+def test_records_before_the_first_step_do_not_stop_the_search_for_unmoved_tensors():
+    frozen = {"w": param(grad=1.0, weight=1.0, update_norm=0.0)}
+    hist = [record(0, lr=None, params=frozen)] + [record(s, params=frozen) for s in (1, 2)]
+    assert codes(rules.rule_params_not_updated(Evidence(history=hist), TH)) == [
+        "PARAMS_NOT_UPDATED"]
