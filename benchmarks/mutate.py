@@ -232,13 +232,21 @@ def execute(module: str, tree: Path) -> None:
 
 
 def _changed_lines(diff: str) -> tuple[str, str, int | None]:
-    """(original line, mutated line, line number) from a Cosmic Ray unified diff."""
-    before = next((ln[1:].strip() for ln in diff.splitlines()
-                   if ln.startswith("-") and not ln.startswith("---")), "")
-    after = next((ln[1:].strip() for ln in diff.splitlines()
-                  if ln.startswith("+") and not ln.startswith("+++")), "")
-    hunk = re.search(r"^@@ -(\d+)", diff, re.M)
-    return before, after, int(hunk.group(1)) if hunk else None
+    """(original line, mutated line, its line number) from a Cosmic Ray unified diff."""
+    before = after = ""
+    line = number = None
+    for text in diff.splitlines():
+        if text.startswith(("---", "+++")):
+            continue
+        if hunk := re.match(r"@@ -(\d+)", text):
+            number = int(hunk.group(1))
+        elif text.startswith("-") and not before:
+            before, line = text[1:].strip(), number
+        elif text.startswith("+") and not after:
+            after = text[1:].strip()
+        elif number is not None and not before and text.startswith(" "):
+            number += 1
+    return before, after, line
 
 
 def results(module: str) -> dict | None:

@@ -543,6 +543,8 @@ def test_symmetric_weights_edge_is_a_millionth_of_the_weights_scale():
             "row_spread": spread, "weight_scale": scale, "units": 8}}), TH))
     assert sym(0.9e-6) == ["SYMMETRIC_WEIGHTS"] and sym(1e-6) == ["SYMMETRIC_WEIGHTS"]
     assert sym(1.1e-6) == []
+    assert sym(0.4e-6, scale=0.5) == ["SYMMETRIC_WEIGHTS"]   # relative to the scale
+    assert sym(0.6e-6, scale=0.5) == []
     assert sym(0.0, scale=0.0) == ["SYMMETRIC_WEIGHTS"]      # all-zero init
     assert sym(1e-31, scale=0.0) == []
 
@@ -740,3 +742,110 @@ def test_records_before_the_first_step_do_not_stop_the_search_for_unmoved_tensor
     hist = [record(0, lr=None, params=frozen)] + [record(s, params=frozen) for s in (1, 2)]
     assert codes(rules.rule_params_not_updated(Evidence(history=hist), TH)) == [
         "PARAMS_NOT_UPDATED"]
+
+
+def test_jitter_on_a_loss_that_reached_zero_is_not_oscillation():
+    losses = [2.0, 1.0, 0.1] + [1e-7, 3e-7] * 6          # noise far below the start's scale
+    assert loss_verdict(losses) == "HEALTHY"
+
+
+def test_rms_counts_the_mean_of_the_activations():
+    found = rules.rule_activation_scale(scale_evidence({"a": layer(mean=-1500.0, std=0.0,
+                                                                   sample_std=1.0),
+                                                        "out": layer()}), TH)
+    assert codes(found) == ["EXPLODING_ACTIVATIONS"] and found[0].evidence["rms"] == 1500.0
+
+
+def test_a_nonfinite_loss_is_named_in_the_message_only_when_there_is_one():
+    loss = rules.rule_nonfinite(Evidence(losses=[1.0, float("nan")]), TH)
+    assert "loss is NaN/Inf from record 1" in loss[0].message
+    grads_only = rules.rule_nonfinite(Evidence(history=[record(2, params={"w": param(
+        nonfinite_grad=1)})], losses=[1.0]), TH)
+    assert "loss is NaN/Inf" not in grads_only[0].message
+
+
+def test_a_small_first_loss_that_grows_tenfold_blew_up():
+    assert codes(rules.rule_lr_too_high(Evidence(losses=[0.05, 0.6]), TH)) == ["LR_TOO_HIGH"]
+
+
+def test_rate_and_ratio_edges_count_where_the_code_says_at_or_above():
+    diverged = [1.0, 1.2, 1.5, float("nan")]
+    assert codes(rules.rule_lr_too_high(Evidence(history=_ratio_history(0.01),
+                                                 losses=diverged), TH)) == ["LR_TOO_HIGH"]
+    assert rules.rule_lr_too_low(lr_low(grad_ratio=1e-3), TH) == []          # not above
+    frozen = [record(s, params={"w": param(grad=1e-3, weight=1.0, update_norm=0.0)})
+              for s in range(2)]
+    assert rules.rule_params_not_updated(Evidence(history=frozen), TH) == []  # not above
+    ev = scale_evidence({"a": layer(std=10.0), "out": layer()},
+                        {"a": layer(std=0.05), "out": layer()})
+    assert rules.rule_activation_scale(ev, TH) == []                          # rms 10: not above
+
+
+def test_dead_neurons_evidence_is_the_latest_record():
+    hist = [record(s, layers={"relu": layer(dead=f, samples=n, zero=0.9)})
+            for s, (f, n) in enumerate([(0.6, 8), (0.7, 16), (0.8, 32)])]
+    found = rules.rule_dead_neurons(Evidence(history=hist, layer_order=["relu"]), TH)
+    assert found[0].evidence["dead_fraction"] == 0.8 and found[0].evidence["samples"] == 32
+
+
+def test_a_layer_without_statistics_does_not_stop_the_others_being_judged():
+    ev = scale_evidence({"a": layer(), "b": layer(std=2000.0), "out": layer()})
+    ev.layer_order = ["missing", "a", "b", "out"]
+    assert codes(rules.rule_activation_scale(ev, TH)) == ["EXPLODING_ACTIVATIONS"]
+
+
+def test_only_an_entirely_dead_layer_hides_the_collapse_below_it():
+    ev = scale_evidence({"relu": layer(dead=0.5), "a": layer(sample_std=0.0), "out": layer()})
+    found = rules.rule_activation_scale(ev, TH)
+    assert codes(found) == ["COLLAPSED_ACTIVATIONS"] and found[0].layer == "a"
+    exploding_relu = scale_evidence({"relu": layer(dead=0.5, std=2000.0), "out": layer()})
+    assert codes(rules.rule_activation_scale(exploding_relu, TH)) == ["EXPLODING_ACTIVATIONS"]
+
+
+def test_vanishing_skips_a_record_whose_last_layer_has_no_gradient_or_a_zero_weight():
+    ev = vanishing(1e-6, records=2)
+    ev.history[1] = {**ev.history[1], "params": {**ev.history[1]["params"],
+                                                  "2.weight": param(grad=0.0, layer="2")}}
+    assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
+    ev.history[1]["params"]["1.weight"] = param(grad=1e-2, weight=0.0, layer="1")
+    assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
+
+
+def test_the_suggested_clip_is_the_90th_percentile_of_many_calm_steps():
+    calm = [1.0 + 0.01 * ((7 * i) % 62) for i in range(62)]     # 1.00 ... 1.61, shuffled
+    found = rules.rule_exploding_gradient(grads(calm + [500.0]), TH)
+    assert found[0].evidence["healthy_steps"] == 62
+    assert found[0].evidence["suggested_clip"] == 1.6            # sorted[55] = 1.55
+
+
+def test_missing_zero_grad_step_is_where_the_leftover_outgrew_a_hundredth_of_the_gradient():
+    hist = [record(s, params={"w": param(grad=10.0, stale_grad_norm=st)})
+            for s, st in enumerate([0.05, 0.5, 5.0])]
+    found = rules.rule_missing_zero_grad(Evidence(history=hist), TH)
+    assert found[0].step == 1
+
+
+def test_mode_findings_name_the_first_module():
+    em = ModeEvidence(count=4, modules=["bn1", "bn2"], first_step=1)
+    tm = ModeEvidence(count=3, modules=["drop1", "drop2"], first_step=2)
+    found = rules.rule_modes(Evidence(eval_mode_training=em, train_mode_eval=tm, backwards=4), TH)
+    assert [(f.code, f.layer, f.step) for f in found] == [
+        ("EVAL_MODE_DURING_TRAINING", "bn1", 1), ("TRAIN_MODE_DURING_EVAL", "drop1", 2)]
+
+
+def test_overfit_rise_evidence():
+    rise = rules.overfit_rise([1.0, 0.5, 0.6, 0.65], TH)
+    assert rise["best_val_index"] == 1 and rise["last_val_loss"] == 0.65
+    assert rise["rise"] == pytest.approx(0.15) and rise["relative_rise"] == pytest.approx(0.3)
+    assert rise["sustained_points"] == 2 and rise["rise_floor"] == pytest.approx(0.55)
+    assert rules.overfit_rise([1.0, 0.0, 0.2, 0.2], TH)["relative_rise"] == math.inf
+
+
+def test_accumulation_evidence_lists_the_first_five_steps():
+    found = rules.rule_zero_grad_in_accumulation(
+        Evidence(cleared_steps=[3, 5, 7, 9, 11, 13, 15], accumulating_steps=8), TH)
+    assert found[0].evidence["first_steps"] == [3, 5, 7, 9, 11] and found[0].step == 3
+
+
+def test_validation_exactly_at_the_margin_still_has_no_signal():
+    assert no_signal([1.0, 1.0, 0.8]) == ["LABELS_SHUFFLED"]
