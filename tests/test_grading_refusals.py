@@ -66,6 +66,16 @@ REFUSED = {
     "vars in a decorator": "import math\n@vars(math).get\ndef f():\n    pass\n",
     "patch in a default": "import math\ndef f(x=setattr(math, 'pi', 3)):\n    pass\n",
     "patch in a class base": "import math\nclass C(math.__class__):\n    pass\n",
+    "eval in a class keyword": "class C(metaclass=eval('type')):\n    pass\n",
+    "patch in a class body": "import math\nclass C:\n    math.pi = 3\n",
+    "sys named before its import": "def f():\n    return sys\nimport sys\n",
+    "rebind a builtin": "def f():\n    global print\n    print = None\n",
+    "a function's def does not leak": "def f():\n    def g():\n        pass\ng.x = 1\n",
+    "a function's class does not leak": "def f():\n    class K:\n        pass\nK.x = 1\n",
+    "a function's loop name does not leak": "def f(xs):\n    for item in xs:\n        pass\n"
+                                             "item.x = 1\n",
+    "rebound to an alias in a function": "import math\ndef f():\n    m = [1]\n    m = math\n"
+                                         "    m.pi = 3\n",
 }
 
 HONEST = {
@@ -95,12 +105,15 @@ HONEST = {
     "importing the course": "from lesson import NetworkDebugger\nimport broken_models\n",
     "the diagnosis dict": 'diagnosis["case"] = "MISSING_ZERO_GRAD"\n',
     "a syntax error is not tampering": "def f(:\n",
+    "from os import path": "from os import path, getcwd\nfrom os.path import join\n",
+    "an annotated object of its own": "class Box:\n    pass\nbox: Box = Box()\nbox.size = 3\n",
+    "a call the check cannot read": "f = getattr(x)\n",
 }
 
 
 @pytest.mark.parametrize("technique", sorted(REFUSED))
 def test_each_reach_into_the_grader_is_refused(technique):
-    assert tampering(REFUSED[technique], {"CATALOGUE", "setup"}), technique
+    assert tampering(REFUSED[technique], {"CATALOGUE", "setup", "g", "K", "item"}), technique
 
 
 @pytest.mark.parametrize("honest", sorted(HONEST))
