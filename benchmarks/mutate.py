@@ -18,7 +18,8 @@ inverse, `break`/`continue`, a loop that never runs, an `except` that catches no
 Ray's other operators (every binary operator for every other, variable insertion) multiply the
 count tenfold with mutants that crash at once. Mutants inside an f-string (the wording of a
 message, its number of examples) are not run: a person reads those, and a test that pins a
-message's exact text is the implementation trivia a suite should not hold. Equivalent mutants (a change no behaviour can
+message's exact text is the implementation trivia a suite should not hold; nor are mutants in
+annotations that `from __future__ import annotations` leaves unevaluated. Equivalent mutants (a change no behaviour can
 show) are listed with a reason in `mutation_equivalent.toml` and left out of the share.
 
 Sessions are kept in `.mutation/` (one SQLite file a module): a run that stopped goes on
@@ -158,11 +159,22 @@ def session(module: str) -> Path:
 
 
 def _message_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """(start, end) positions of every f-string of a module, as Cosmic Ray counts them."""
+    """(start, end) positions of every f-string of a module, and of every annotation where
+    `from __future__ import annotations` keeps them from being evaluated."""
     import ast
 
-    return [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset))
-            for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.JoinedStr)]
+    tree = ast.parse(path.read_text())
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)]
+    if any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+           and any(a.name == "annotations" for a in n.names) for n in tree.body):
+        for n in ast.walk(tree):
+            if isinstance(n, ast.arg) and n.annotation is not None:
+                nodes.append(n.annotation)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns:
+                nodes.append(n.returns)
+            elif isinstance(n, ast.AnnAssign):
+                nodes.append(n.annotation)
+    return [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in nodes]
 
 
 def _in_message(mutation, spans) -> bool:
@@ -257,6 +269,7 @@ def results(module: str) -> dict | None:
     if not db.exists():
         return None
     equivalent = [e for e in load_equivalent() if e["module"] == module]
+    spans = _message_spans(ROOT / module)      # sessions made before a filter was added
     out = {"run": 0, "killed": 0, "equivalent": [], "survived": [], "pending": 0,
            "incompetent": 0}
     with use_db(str(db), WorkDB.Mode.open) as work:
@@ -264,6 +277,8 @@ def results(module: str) -> dict | None:
         for item in work.work_items:
             result = done.get(item.job_id)
             if result is not None and result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            if _in_message(item.mutations[0], spans):
                 continue
             if result is None:
                 out["pending"] += 1
