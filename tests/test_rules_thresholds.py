@@ -849,3 +849,47 @@ def test_accumulation_evidence_lists_the_first_five_steps():
 
 def test_validation_exactly_at_the_margin_still_has_no_signal():
     assert no_signal([1.0, 1.0, 0.8]) == ["LABELS_SHUFFLED"]
+
+
+def test_exploding_activation_rms_counts_at_a_thousand():
+    ev = scale_evidence({"a": layer(std=1000.0), "out": layer()})
+    assert codes(rules.rule_activation_scale(ev, TH)) == ["EXPLODING_ACTIVATIONS"]
+
+
+def test_a_negative_loss_that_swings_is_oscillating():
+    assert loss_verdict([-1.0, -2.0] * 5) == "OSCILLATING"
+
+
+def test_a_loss_that_starts_at_zero_has_not_blown_up():
+    assert rules.rule_lr_too_high(Evidence(losses=[0.0, 0.5]), TH) == []
+
+
+def test_a_loss_that_went_negative_before_nan_is_not_a_convergence():
+    ev = Evidence(history=_ratio_history(0.011), losses=[1.0, 0.3, -0.5, float("nan")])
+    assert codes(rules.rule_lr_too_high(ev, TH)) == ["LR_TOO_HIGH"]
+
+
+def test_lr_too_low_reports_the_last_learning_rate():
+    ev = lr_low()
+    ev.lrs = [(0, 1e-5), (30, 1e-6)]
+    assert rules.rule_lr_too_low(ev, TH)[0].evidence["lr"] == 1e-6
+
+
+def test_vanishing_reads_relative_gradients_and_skips_unreadable_end_layers():
+    ev = vanishing(0.9e-3)
+    rec = ev.history[0]
+    rec["params"]["2.weight"] = param(grad=2e-2, weight=2.0, layer="2")     # still 1e-2
+    assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
+    rec["params"]["3.weight"] = param(grad=1.0, weight=0.0, layer="3")
+    rec["params"]["4.weight"] = param(grad=None, layer="4")
+    ev.layer_order += ["3", "4"]
+    assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
+
+
+def test_a_first_gradient_of_zero_is_no_base_for_growth():
+    assert rules.rule_exploding_gradient(grads([0.0, 1.0, 2.0]), TH) == []
+
+
+def test_a_step_at_exactly_three_times_the_early_median_is_still_calm():
+    found = rules.rule_exploding_gradient(grads([1.0, 1.0, 1.0, 1.0, 3.0, 50.0]), TH)
+    assert found[0].evidence["healthy_steps"] == 5 and found[0].evidence["suggested_clip"] == 3.0
