@@ -115,3 +115,12 @@ def test_a_repair_that_changes_the_rate_and_the_steps_is_told_to_keep_both():
         for step in range(100):
             pass
     assert setup_changes("log_of_zero", honest) == []
+
+
+def test_a_verdict_cannot_be_rewritten_into_a_right_one():
+    import dataclasses
+
+    verdict = judge_diagnosis("log_of_zero", "NAN_OR_INF")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verdict.kind = "cause"
+    assert not verdict.right
