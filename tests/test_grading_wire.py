@@ -135,3 +135,38 @@ def test_a_figure_with_a_forged_scale_keeps_a_valid_one():
                                                      "lines": []}]}
     ax = wire.decode(spec).axes[0]
     assert ax.get_xscale() == "linear" and ax.get_yscale() == "log"
+
+
+def _nest(kind: str, levels: int):
+    value = 1
+    for _ in range(levels):
+        value = {"list": lambda v: [v], "tuple": lambda v: (v,), "dict": lambda v: {"k": v},
+                 "set": lambda v: frozenset({v})}[kind](value)
+    return value
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "dict", "set"])
+def test_fifty_levels_of_nesting_cross_and_fifty_one_do_not(kind):
+    assert cross(_nest(kind, 50)) == _nest(kind, 50)
+    with pytest.raises(wire.Unreadable, match="50 levels"):
+        wire.encode(_nest(kind, 51))
+
+
+def test_a_dicts_keys_count_as_a_level_too():
+    assert cross({_nest("tuple", 49): 0}) == {_nest("tuple", 49): 0}
+    with pytest.raises(wire.Unreadable, match="50 levels"):
+        wire.encode({_nest("tuple", 50): 0})
+
+
+def test_a_value_that_contains_itself_is_unreadable_not_a_crash():
+    loop: list = []
+    loop.append(loop)
+    table: dict = {}
+    table["self"] = table
+    keyed: dict = {}
+    keyed["x"] = [keyed]
+    arr = np.empty(1, dtype=object)
+    arr[0] = arr
+    for value in (loop, table, keyed, arr, {"deep": [table]}):
+        with pytest.raises(wire.Unreadable):
+            wire.encode(value)
