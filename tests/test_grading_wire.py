@@ -170,3 +170,17 @@ def test_a_value_that_contains_itself_is_unreadable_not_a_crash():
     for value in (loop, table, keyed, arr, {"deep": [table]}):
         with pytest.raises(wire.Unreadable):
             wire.encode(value)
+
+
+def test_an_outcomes_report_crosses_too():
+    from broken_models.case import Outcome
+
+    back = cross(Outcome({"loss": 0.1}, report={"lrs": [1e-3, 1e-2], "losses": [2.0, 1.5]}))
+    assert back.report == {"lrs": [1e-3, 1e-2], "losses": [2.0, 1.5]}
+
+
+def test_a_tuple_keeps_the_lists_it_holds_and_long_strings_cross():
+    assert cross((1, [2, 3])) == (1, [2, 3])
+    assert cross(frozenset({(1, 2)})) == frozenset({(1, 2)})
+    words = np.array(["x" * 9000])                 # 36,000-byte items: a long string, not a claim
+    assert cross(words).tolist() == words.tolist()
