@@ -175,7 +175,8 @@ def test_a_value_that_contains_itself_is_unreadable_not_a_crash():
 def test_an_outcomes_report_crosses_too():
     from broken_models.case import Outcome
 
-    back = cross(Outcome({"loss": 0.1}, report={"lrs": [1e-3, 1e-2], "losses": [2.0, 1.5]}))
+    back = cross(Outcome({"loss": 0.1}, findings=[],
+                         report={"lrs": [1e-3, 1e-2], "losses": [2.0, 1.5]}))
     assert back.report == {"lrs": [1e-3, 1e-2], "losses": [2.0, 1.5]}
 
 
