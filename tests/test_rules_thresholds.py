@@ -114,6 +114,9 @@ def test_nonfinite_loss_layer_gradient_or_validation_are_each_found():
     grads = [record(2, params={"w": param(nonfinite_grad=1)})]
     found = rules.rule_nonfinite(Evidence(history=grads, losses=[1.0]), TH)
     assert found[0].evidence["nonfinite_grad_params"] == ["w"] and "gradients" in found[0].message
+    many = [record(2, params={f"p{i}": param(nonfinite_grad=1) for i in range(12)})]
+    found = rules.rule_nonfinite(Evidence(history=many, losses=[1.0]), TH)
+    assert found[0].evidence["nonfinite_grad_params"] == [f"p{i}" for i in range(10)]
     found = rules.rule_nonfinite(Evidence(losses=[1.0], val_losses=[0.5, float("inf")]), TH)
     assert found[0].evidence["first_nonfinite_val_index"] == 1
     assert "validation" in found[0].message
@@ -878,7 +881,7 @@ def test_lr_too_low_reports_the_last_learning_rate():
 def test_vanishing_reads_relative_gradients_and_skips_unreadable_end_layers():
     ev = vanishing(0.9e-3)
     rec = ev.history[0]
-    rec["params"]["2.weight"] = param(grad=2e-2, weight=2.0, layer="2")     # still 1e-2
+    rec["params"]["2.weight"] = param(grad=5e-3, weight=0.5, layer="2")     # still 1e-2
     assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
     rec["params"]["3.weight"] = param(grad=1.0, weight=0.0, layer="3")
     rec["params"]["4.weight"] = param(grad=None, layer="4")
