@@ -185,3 +185,35 @@ def test_a_tuple_keeps_the_lists_it_holds_and_long_strings_cross():
     assert cross(frozenset({(1, 2)})) == frozenset({(1, 2)})
     words = np.array(["x" * 9000])                 # 36,000-byte items: a long string, not a claim
     assert cross(words).tolist() == words.tolist()
+
+
+def _in_lists(value, levels: int):
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("name, make, depth", [
+    ("numpy scalar", lambda: np.float32(0.5), 1),          # the scalar, then its value
+    ("array of strings", lambda: np.array(["a"]), 2),      # the array, its items, an item
+    ("array of objects", lambda: np.array([None], dtype=object), 2),
+    ("outcome metrics", lambda: __import__("broken_models.case", fromlist=["Outcome"]).Outcome(
+        {"a": 1}, findings=[]), 2),
+])
+def test_every_wrapper_counts_as_one_level_of_the_fifty(name, make, depth):
+    wire.encode(_in_lists(make(), 50 - depth))
+    with pytest.raises(wire.Unreadable, match="50 levels"):
+        wire.encode(_in_lists(make(), 51 - depth))
+
+
+def test_a_finding_too_deep_for_its_evidence_still_crosses_without_it():
+    from broken_models.case import Outcome
+
+    def at(levels):
+        out = Outcome({}, findings=[Finding("DEAD_NEURONS", "d", evidence={"x": 1})])
+        back = wire.decode(wire.loads(wire.dumps(wire.encode(_in_lists(out, levels)))))
+        for _ in range(levels):
+            back = back[0]
+        return back.findings[0].evidence
+    assert at(47) == {"x": 1}           # outcome, finding, evidence, value: 51 levels
+    assert at(48) == {}
