@@ -96,12 +96,26 @@ def test_writes_only_inside_its_folder(course):
     assert (course / "solutions" / "answer.txt").exists() and not (course / "x.txt").exists()
 
 
+def test_creating_a_file_is_a_write_even_when_opened_for_reading():
+    """os.open(O_RDONLY | O_CREAT) under a readable root (the venv) would leave a file there."""
+    target = os.path.join(sys.prefix, f".nndebug-guard-{os.getpid()}")
+    try:
+        out = run_guarded(code={"create": f"import os\nos.open({target!r}, os.O_RDONLY | os.O_CREAT)"})
+        assert out["create"].startswith(REFUSED + "wrote")
+        assert not os.path.exists(target)
+    finally:
+        if os.path.exists(target):
+            os.unlink(target)
+
+
 def test_listing_only_its_folder_and_the_import_path(course):
     root = _code_roots()[0]
     out = run_guarded(deny=[str(course)], workdir=str(course / "work"),
                       lists=[str(course / "work"), str(course / "solutions"), root,
-                             os.path.join(root, "tests")])
+                             os.path.join(root, "tests")],
+                      code={"here": "import os\nresult = sorted(os.listdir())"})
     assert out["list " + str(course / "work")] == ["mine.txt"]
+    assert out["here"] == ["mine.txt"]                      # os.listdir() lists the cwd
     assert out["list " + str(course / "solutions")].startswith(REFUSED)
     assert "lesson" in out["list " + root]
     assert out["list " + os.path.join(root, "tests")].startswith(REFUSED)
@@ -217,3 +231,16 @@ def test_a_call_reports_its_result_and_what_it_changed_in_place(namespace):
 def test_long_output_is_cut_to_its_last_twenty_thousand_characters(namespace):
     reply = namespace._cell("print('a' * 30000 + 'END')", "long", [])
     assert len(reply["stdout"]) == 20000 and reply["stdout"].endswith("END\n")
+
+
+@pytest.mark.slow
+def test_the_sandbox_computes_on_one_thread():
+    """Many sandboxes share a grading machine: each one's torch uses a single thread."""
+    from lesson.course.grading.sandbox import Limits, Sandbox
+
+    box = Sandbox(Limits(timeout_s=60, memory_mb=2048))
+    try:
+        reply = box.request(("cell", "import torch\nn = torch.get_num_threads()", "threads", ["n"]))
+        assert reply["names"]["n"] == {"kind": "data", "value": 1}
+    finally:
+        box.close()
