@@ -93,3 +93,10 @@ def test_unrelated_findings_sort_by_severity_then_teaching_order():
     out = [f.code for f in sort_findings(found)]
     assert out == sorted(out, key=lambda c: (-CODES[c].severity, order.index(c)))
     assert sort_findings([]) == []
+
+
+def test_the_vocabulary_cannot_be_rewritten_through_a_code():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CODES["DEAD_NEURONS"].fix = "ignore it"
