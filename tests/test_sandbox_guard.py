@@ -229,18 +229,25 @@ def test_a_call_reports_its_result_and_what_it_changed_in_place(namespace):
 
 
 def test_long_output_is_cut_to_its_last_twenty_thousand_characters(namespace):
-    reply = namespace._cell("print('a' * 30000 + 'END')", "long", [])
+    reply = namespace._cell("import sys\nprint('a' * 30000 + 'END')\n"
+                            "print('b' * 30000 + 'ERR', file=sys.stderr)", "long", [])
     assert len(reply["stdout"]) == 20000 and reply["stdout"].endswith("END\n")
+    assert len(reply["stderr"]) == 20000 and reply["stderr"].endswith("ERR\n")
 
 
 @pytest.mark.slow
-def test_the_sandbox_computes_on_one_thread():
-    """Many sandboxes share a grading machine: each one's torch uses a single thread."""
+def test_the_sandbox_computes_on_one_thread_and_keeps_reporting_a_patch():
+    """Many sandboxes share a grading machine: each one's torch uses a single thread. A patch
+    stays reported on every later request while it stands."""
     from lesson.course.grading.sandbox import Limits, Sandbox
 
     box = Sandbox(Limits(timeout_s=60, memory_mb=2048))
     try:
         reply = box.request(("cell", "import torch\nn = torch.get_num_threads()", "threads", ["n"]))
         assert reply["names"]["n"] == {"kind": "data", "value": 1}
+        reply = box.request(("cell", "import lesson.findings as f\nf.CODES = {}", "patch", []))
+        assert reply["tampering"] == ["patched lesson.findings.CODES"]
+        reply = box.request(("cell", "x = 1", "later", ["x"]))      # still patched: still said
+        assert reply["tampering"] == ["patched lesson.findings.CODES"]
     finally:
         box.close()
