@@ -213,11 +213,15 @@ def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
     return db
 
 
-def _point_at(module: str, server: Path) -> None:
+def _point_at(module: str, spec: dict, markers: str, server: Path) -> None:
+    """A resumed session's config: the new server's socket, and the map's tests as they are
+    now (a test file added since the session began judges the mutants left)."""
     config = session(module).with_suffix(".toml")
-    text = re.sub(r"mutation_forkserver\.py run \S+", f"mutation_forkserver.py run {server}",
-                  config.read_text())
-    config.write_text(text)
+    text = config.read_text()
+    timeout = float(re.search(r"^timeout = (\S+)", text, re.M).group(1)) - 30
+    command = json.dumps(test_command(spec, markers, server, timeout))
+    config.write_text(re.sub(r"^test-command = .*$", lambda _: f"test-command = {command}", text,
+                             flags=re.M))
 
 
 def retry_survivors(module: str) -> int:
@@ -353,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                         init(module, spec, markers, tree, args.sample, server,
                              timeout=3 * seconds + 30)
                     else:       # resumed: the new server's socket in the command
-                        _point_at(module, server)
+                        _point_at(module, spec, markers, server)
                         if args.survivors:
                             print(f"   {retry_survivors(module)} survivors again", flush=True)
                     execute(module, tree)
