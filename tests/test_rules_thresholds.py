@@ -165,6 +165,23 @@ def test_a_rising_loss_edge_is_ten_percent_over_the_first_quarter():
     assert rules.rule_lr_too_high(Evidence(losses=[1.0] * 3 + [1.5] * 4), TH) == []   # 7 losses
 
 
+def test_a_rising_loss_while_validation_halves_is_a_moving_target():
+    """A GAN generator's loss climbs to ln 2 while its samples reach the data: the training
+    loss rises, the validation loss ends at half its first value or less."""
+    rising = [1.0] * 4 + [1.05] * 4 + [1.11] * 4
+
+    def high(vals):
+        return codes(rules.rule_lr_too_high(Evidence(losses=rising, val_losses=vals), TH))
+    assert high([1.0, 0.3, 0.5]) == []                     # ends at exactly half
+    assert high([1.0, 0.3, 0.51]) == ["LR_TOO_HIGH"]       # the best does not count: the last
+    assert high([0.5]) == ["LR_TOO_HIGH"]                  # one point: no trend
+    assert high([1.0, float("nan"), 0.1]) == ["LR_TOO_HIGH"]
+    assert high([0.0, 0.0]) == ["LR_TOO_HIGH"]
+    blown = [1.0, 2.0, 10.5]                               # a blow-up is never excused
+    assert codes(rules.rule_lr_too_high(Evidence(losses=blown, val_losses=[1.0, 0.1]),
+                                        TH)) == ["LR_TOO_HIGH"]
+
+
 def test_oscillating_without_progress_is_lr_too_high_when_jumps_are_half_the_loss():
     wild = [1.0, 1.6] * 6 + [1.0]    # |diff| 0.6 of level 1.3: 0.46 < 0.5
     wilder = [1.0, 1.8] * 6 + [1.0]  # 0.8 of 1.4: 0.57
