@@ -7,10 +7,11 @@ with an exponential moving average (bias-corrected, so the first points are not 
 when the loss stops being a finite number (those points are not kept).
 
 Which rate to pick depends on what was swept (`lesson.checks.lr_suggestion`): plain SGD on a
-classification loss calls for a rate close to the edge of stability the sweep shows, anything
-else for the smoothed loss's steepest descent, capped at a third of the edge; the result says
-which rule, and why. The model and the optimizer are put back exactly as they were
-afterwards, also when the sweep raises or is interrupted.
+classification loss calls for a rate near the edge of stability the sweep shows or above it,
+chosen by short trainings at multiples of the edge (probes); anything else for the smoothed
+loss's steepest descent, capped at a third of the edge; the result says which rule, and why.
+The model and the optimizer are put back exactly as they were afterwards, also when the sweep
+or a probe raises or is interrupted.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class LRFinderResult(list):
 
     def __init__(self, pairs: Iterable[tuple[float, float]], smoothed: list[float],
                  suggested_lr: float | None, rule: str, stopped: str,
-                 kind: str | None = None, edge_lr: float | None = None):
+                 kind: str | None = None, edge_lr: float | None = None,
+                 probes: Iterable[tuple[float, float]] = (), probe_steps: int = 0):
         super().__init__(pairs)
         self.smoothed_losses = smoothed
         self.suggested_lr = suggested_lr
@@ -48,6 +50,13 @@ class LRFinderResult(list):
         self.kind = kind
         self.edge_lr = edge_lr    # the edge of stability the suggestion was read against
         self.stopped = stopped  # why the sweep ended: "end_lr", "diverged" or "nonfinite"
+        self.probes = list(probes)      # EDGE's short trainings: (rate, mean of last losses)
+        self.probe_steps = probe_steps  # optimizer steps they took, beyond the sweep's
+
+    @property
+    def steps_spent(self) -> int:
+        """Optimizer steps the finder took: the sweep's and the probes'."""
+        return len(self) + self.probe_steps
 
     @property
     def lrs(self) -> list[float]:
@@ -139,9 +148,14 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
                        end_lr: float = 10, steps: int = 100, *, optimizer: Any = "sgd",
                        batch_size: int | None = None, beta: float = 0.85,
                        diverge_factor: float = 4.0, skip_start: int = 10,
-                       verbose: bool = True) -> LRFinderResult:
+                       probes: bool = True, verbose: bool = True) -> LRFinderResult:
     """Sweep the learning rate from `start_lr` to `end_lr` over `steps` optimizer steps and
-    suggest one (rule: `suggest_lr`). Returns the `(lr, loss)` pairs as a list.
+    suggest one (rules: `lesson.checks.lr_suggestion.choose_lr`). Returns the `(lr, loss)`
+    pairs as a list, with the suggestion, the rule and why (see LRFinderResult).
+
+    Plain SGD on a classification loss is probed (`probes=False`: not): a few short
+    trainings at multiples of the sweep's edge of stability, each from the initial weights
+    (at most 8 x 50 steps, usually 4 or 5).
 
     Data: tensors `x_data`, `y_data` (the whole set each step, as in the lesson, or slices of
     `batch_size`), or a DataLoader as `x_data` with `y_data=None`. `optimizer`: "sgd" (the
@@ -166,19 +180,36 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
 
     user_optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     params = [p for p in model.parameters() if p.requires_grad]
+    batches = _batches(x_data, y_data, batch_size)
+    spent, probe_batches = [0], []
+
+    def probe(lr: float, n: int) -> list[float]:
+        """Each probe from the initial weights, on the same batches (so that the probes
+        differ only by their rate)."""
+        while len(probe_batches) < n:
+            probe_batches.append(next(batches))
+        with preserved(model, user_optimizer):
+            out = _train_at(model, _make_optimizer(optimizer, params, lr),
+                            probe_batches[:n], criterion, lr)
+        spent[0] += n
+        return out
+
     with preserved(model, user_optimizer):
-        opt = _make_optimizer(optimizer, params, start_lr)
-        plain_sgd = type(opt) is torch.optim.SGD and not any(
-            g.get("momentum", 0) for g in opt.param_groups)
-        lrs, losses, stopped = _sweep(model, opt, _batches(x_data, y_data, batch_size),
-                                      criterion, start_lr, end_lr, steps, beta, diverge_factor)
-    smoothed = smooth(losses, beta)
-    choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
-                       classification=criterion_kind(criterion) in CLASSIFICATION,
-                       attention=any(isinstance(m, nn.MultiheadAttention)
-                                     for m in model.modules()))
+        with preserved(model, user_optimizer):     # the sweep ends where the rate blew up
+            opt = _make_optimizer(optimizer, params, start_lr)
+            plain_sgd = type(opt) is torch.optim.SGD and not any(
+                g.get("momentum", 0) for g in opt.param_groups)
+            lrs, losses, stopped = _sweep(model, opt, batches, criterion, start_lr, end_lr,
+                                          steps, beta, diverge_factor)
+        smoothed = smooth(losses, beta)
+        choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
+                           classification=criterion_kind(criterion) in CLASSIFICATION,
+                           attention=any(isinstance(m, nn.MultiheadAttention)
+                                         for m in model.modules()),
+                           probe=probe if probes else None)
     result = LRFinderResult(zip(lrs, losses), smoothed, choice.lr, choice.reason, stopped,
-                            kind=choice.kind, edge_lr=choice.edge)
+                            kind=choice.kind, edge_lr=choice.edge, probes=choice.probes,
+                            probe_steps=spent[0])
     if verbose:
         _print(result, start_lr)
     return result
@@ -216,13 +247,39 @@ def _sweep(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator, crit
     return lrs, losses, "end_lr"
 
 
+def _train_at(model: nn.Module, opt: torch.optim.Optimizer, batches: list,
+              criterion: Criterion, lr: float) -> list[float]:
+    """One step per batch at the fixed rate `lr`, then the loss of the final weights on each
+    batch again (no gradients): the batch losses of the training, then those of its end
+    point, cut after the first that is not finite (read from the device once)."""
+    model.train()
+    device = next(p for p in model.parameters()).device
+    for group in opt.param_groups:
+        group["lr"] = lr
+    seen = []
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+        seen.append(loss.detach())
+    with torch.no_grad():
+        end = [criterion(model(x.to(device)), y.to(device)) for x, y in batches]
+    values = torch.stack(seen + end).float().tolist()
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    return values if bad is None else values[:bad + 1]
+
+
 def _print(result: LRFinderResult, start_lr: float) -> None:
     print("\n=== LEARNING RATE FINDER ===")
     if len(result) < 10:
         print("  Could not complete LR sweep -- loss diverged too quickly")
         return
     print(f"  Swept {len(result)} steps from {start_lr:.0e} to {result.lrs[-1]:.0e} "
-          f"(stopped: {result.stopped})")
+          f"(stopped: {result.stopped})"
+          + (f"; then {len(result.probes)} probes, {result.probe_steps} steps"
+             if result.probe_steps else ""))
     i = int(np.argmin(result.smoothed_losses))
     print(f"  Minimum smoothed loss {result.smoothed_losses[i]:.4f} at lr={result.lrs[i]:.2e}")
     if result.suggested_lr is None:
