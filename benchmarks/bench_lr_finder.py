@@ -39,7 +39,9 @@ BENCH_SEED=0 and 1, and only checked on `confirm` (held-out, edge-confirm) and a
 BENCH_SEED=2; `all` runs the 41 and counts, per tool, the tasks within 3x and the rates that
 diverge. BENCH_SEED changes every initialisation. Tasks run in parallel processes (`--jobs`,
 default 2), one torch thread each; the numbers do not depend on it; `-k` picks tasks by
-name.
+name. Grid searches are kept in `--cache` (benchmarks/.cache/lr_grids.jsonl), keyed by a
+digest of all they depend on (the task, its initial weights, the training code): a changed
+finder reruns only the tools.
 
     .venv/bin/python benchmarks/bench_lr_finder.py [--set all] [--jobs 1] [raw.npy]
 """
@@ -48,7 +50,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
+import inspect
 import io
+import json
 import math
 import multiprocessing
 import os
@@ -520,15 +525,58 @@ def torch_lr_finder(task: Task, init: nn.Module) -> float | None:
 TOOLS = {"ours": ours, "lesson's rule": lesson_rule, "torch-lr-finder": torch_lr_finder}
 
 
-def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
-    """One task end to end (grid, then each tool): one row of the table, plus raw numbers."""
-    which, index, seed = args
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "lr_grids.jsonl"
+
+
+def grid_key(task: Task, init: nn.Module) -> str:
+    """A digest of everything a task's grid search depends on: its name, budget, data,
+    criterion, optimizer, initial weights, the grid's settings and the code that trains; a
+    change to any of them runs the grid again."""
+    h = hashlib.sha256()
+    for part in (task.name, task.steps, task.optimizer, repr(task.criterion), str(init),
+                 SEEDS, BATCH, COARSE, torch.__version__,
+                 *(inspect.getsource(f) for f in (train, train_avg, grid_search, Task))):
+        h.update(repr(part).encode())
+    for t in (task.x, task.y, *init.state_dict().values()):
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def cached_grid(path: Path | None, key: str) -> dict | None:
+    """The grid search stored under `key` in the JSON-lines `path`, if any."""
+    if path is None or not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue            # a line cut short by an interrupted run
+        if row.get("key") == key:
+            return row
+    return None
+
+
+def run_task(args: tuple[str, int, int, str | None]) -> tuple[dict, dict]:
+    """One task end to end (grid, then each tool): one row of the table, plus raw numbers.
+    The grid search comes from the cache when its inputs are unchanged."""
+    which, index, seed, cache_path = args
+    cache = Path(cache_path) if cache_path else None
     torch.set_num_threads(1)
     task = all_tasks(which)[index]
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     init = task.make_model()
-    best, grid, cost = grid_search(task, init)
+    key = grid_key(task, init)
+    hit = cached_grid(cache, key)
+    if hit is not None:
+        best, grid, cost = hit["best"], {float(k): v for k, v in hit["grid"].items()}, hit["cost"]
+    else:
+        best, grid, cost = grid_search(task, init)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            with cache.open("a") as out:
+                out.write(json.dumps({"key": key, "task": task.name, "seed": seed, "best": best,
+                                      "grid": grid, "cost": cost}) + "\n")
     near = [lr for lr, v in grid.items() if v <= 1.1 * grid[best]]
     row = {"task": task.name, "grid_best": best, "grid_loss": grid[best], "cost": cost,
            "near": (min(near), max(near))}
@@ -556,12 +604,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="tasks run in parallel, one thread each (default 2)")
     parser.add_argument("-k", default="", help="only the tasks whose name contains this")
+    parser.add_argument("--cache", default=str(DEFAULT_CACHE),
+                        help="grid searches kept here (JSON lines), reused while the task, its "
+                             "initialisation and the training code are unchanged")
+    parser.add_argument("--no-cache", action="store_true", help="run every grid search")
     args = parser.parse_args()
     which = "held-out" if args.held_out else args.set
     t0 = time.perf_counter()
     seed = int(os.environ.get("BENCH_SEED", "0"))
     chosen = [i for i, t in enumerate(all_tasks(which)) if args.k in t.name]
-    jobs = [(which, i, seed) for i in chosen]
+    jobs = [(which, i, seed, None if args.no_cache else args.cache) for i in chosen]
     budgets = {t.name: t.steps for t in all_tasks(which)}
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
