@@ -324,9 +324,7 @@ def _probe(score_of, blow_up_at=math.inf):
     def probe(lr, steps):
         calls.append(lr)
         ratio = lr / probe.edge
-        if ratio >= blow_up_at:
-            return [1.0, float("nan")]
-        return [2.3] * steps + [score_of(ratio)] * steps
+        return math.inf if ratio >= blow_up_at else score_of(ratio)
     probe.calls = calls
     return probe
 

@@ -10,6 +10,7 @@ and resumed, a changed source run again, the report."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,6 +53,24 @@ def test_the_seeds_that_once_went_wrong(name, seed):
     row = judge(FAULTS[name], seed)
     assert row["reproduced"] and row["diagnosed"]
     assert row["fixed_found"] == []
+
+
+def test_the_cache_key_holds_every_library_module_a_run_imports():
+    """Results are keyed by the protocol's sources only (the LR finder or the course can
+    change without rerunning the sweep): every lesson module two runs import, in a fresh
+    interpreter, must be among them."""
+    code = ("import sys; sys.path[:0] = ['benchmarks', '.']\n"
+            "import bench_real_faults as b\n"
+            f"for name in {FAST!r} + ['tr_nll_on_logits']:\n"
+            "    b.judge(b.FAULTS[name], 0)\n"
+            "print('\\n'.join(m.__file__ for n, m in sys.modules.items()\n"
+            "                 if n.split('.')[0] == 'lesson' and getattr(m, '__file__', None)))")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, check=True).stdout.split()
+    imported = {Path(f).resolve() for f in out}
+    assert imported and imported <= {p.resolve() for p in bench._shared_sources()}
+    assert not any("lr_finder" in str(p) for p in bench._shared_sources())
 
 
 def test_seeds_are_ranges_and_lists():

@@ -32,6 +32,10 @@ from lesson.restore import preserved, require_batch, require_module, require_par
 Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: the criterion kinds of a classification loss (lesson.debugger.loss_inputs)
 CLASSIFICATION = (CLASS_LOGITS, CLASS_LOG_PROBS, BINARY_LOGITS, BINARY_PROBS)
+#: the probes are scored on the batches the first one trained on, as many as fit in this many
+#: bytes, and all train on them when all fit (digits: 50 x 64 x 64 floats, 0.8 MB); with
+#: larger batches each probe trains on batches of its own
+PROBE_BATCH_BYTES = 256 * 2 ** 20
 
 
 class LRFinderResult(list):
@@ -181,16 +185,27 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
     user_optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     params = [p for p in model.parameters() if p.requires_grad]
     batches = _batches(x_data, y_data, batch_size)
-    spent, probe_batches = [0], []
+    spent, kept, room = [0], [], [PROBE_BATCH_BYTES]
 
-    def probe(lr: float, n: int) -> list[float]:
-        """Each probe from the initial weights, on the same batches (so that the probes
-        differ only by their rate)."""
-        while len(probe_batches) < n:
-            probe_batches.append(next(batches))
+    def drawn(n: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """`n` fresh batches, the first ones kept while they fit in PROBE_BATCH_BYTES."""
+        for _ in range(n):
+            batch = next(batches)
+            room[0] -= sum(t.element_size() * t.nelement() for t in batch
+                           if isinstance(t, torch.Tensor))
+            if room[0] >= 0:
+                kept.append(batch)
+            yield batch
+
+    def probe(lr: float, n: int) -> float:
+        """Each probe from the initial weights and scored on the same batches; trained on
+        them too when all `n` fit in PROBE_BATCH_BYTES (the probes then differ only by their
+        rate), else on fresh ones."""
+        same = spent[0] > 0 and len(kept) >= n
         with preserved(model, user_optimizer):
             out = _train_at(model, _make_optimizer(optimizer, params, lr),
-                            probe_batches[:n], criterion, lr)
+                            kept[:n] if same else drawn(n) if not spent[0] else
+                            (next(batches) for _ in range(n)), kept, criterion, lr)
         spent[0] += n
         return out
 
@@ -247,28 +262,28 @@ def _sweep(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator, crit
     return lrs, losses, "end_lr"
 
 
-def _train_at(model: nn.Module, opt: torch.optim.Optimizer, batches: list,
-              criterion: Criterion, lr: float) -> list[float]:
-    """One step per batch at the fixed rate `lr`, then the loss of the final weights on each
-    batch again (no gradients): the batch losses of the training, then those of its end
-    point, cut after the first that is not finite (read from the device once)."""
+def _train_at(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterable,
+              score_on: list, criterion: Criterion, lr: float) -> float:
+    """One step per batch of `batches` at the fixed rate `lr`, then the final weights' mean
+    loss on the batches of `score_on` (no gradients); inf when a loss was not finite (read
+    from the device once)."""
     model.train()
     device = next(p for p in model.parameters()).device
     for group in opt.param_groups:
         group["lr"] = lr
-    seen = []
+    finite = torch.ones((), dtype=torch.bool, device=device)
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         opt.zero_grad()
         loss = criterion(model(x), y)
         loss.backward()
         opt.step()
-        seen.append(loss.detach())
+        finite = finite & torch.isfinite(loss.detach())
     with torch.no_grad():
-        end = [criterion(model(x.to(device)), y.to(device)) for x, y in batches]
-    values = torch.stack(seen + end).float().tolist()
-    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-    return values if bad is None else values[:bad + 1]
+        end = torch.stack([criterion(model(x.to(device)), y.to(device)).float()
+                           for x, y in score_on]).mean()
+    score, ok = float(end), bool(finite)
+    return score if ok and math.isfinite(score) else math.inf
 
 
 def _print(result: LRFinderResult, start_lr: float) -> None:

@@ -32,11 +32,10 @@ from typing import Callable
 
 import numpy as np
 
-Probe = Callable[[float, int], list[float]]
+Probe = Callable[[float, int], float]
 """probe(lr, steps): train `steps` steps at the fixed rate `lr` from the sweep's initial
-weights (put back afterwards), one per batch, and return the batch losses, then the final
-weights' loss on each of those batches again; cut after the first one that is not
-finite."""
+weights (put back afterwards) and return the final weights' mean loss on the batches every
+probe is scored on (inf when a loss was not finite)."""
 
 # -- STEEPEST --------------------------------------------------------------------------------
 SUSTAINED_SPIKE = 2
@@ -94,9 +93,9 @@ PROBE_FIRST = 0.5
 PROBE_GROWTH = 2.0
 PROBE_MAX = 8
 """...at most this many (the last at 64 x the edge); each is scored by the loss of its final
-weights, averaged over the batches it trained on (the same batches for every probe: they differ by their rate only). The mean of
-the last batch losses instead averages the spikes along the way: on a linear softmax its
-order of the probes changed with which 50 batches they saw."""
+weights, averaged over the batches it trained on (the same batches for every probe: they
+differ by their rate only). The mean of its last batch losses instead averages the spikes
+along the way: on a linear softmax the probes' order changed with which batches they saw."""
 PROBE_KEEP = 0.9
 """The suggestion is the largest probed rate whose training made at least this share of the
 best probe's progress (the fall from the untrained loss to its score): among rates that
@@ -299,10 +298,7 @@ def probe_rule(edge: Suggestion, probe: Probe, untrained: float) -> Suggestion:
     best, worse = math.inf, 0
     for k in range(PROBE_MAX):
         lr = edge.edge * PROBE_FIRST * PROBE_GROWTH ** k
-        losses = probe(lr, PROBE_STEPS)
-        end = losses[PROBE_STEPS:]
-        score = float(np.mean(end)) if len(losses) == 2 * PROBE_STEPS \
-            and all(math.isfinite(v) for v in end) else math.inf
+        score = probe(lr, PROBE_STEPS)
         if not score < untrained:
             break
         scores.append((lr, score))
