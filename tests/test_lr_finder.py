@@ -408,32 +408,49 @@ def test_attention_and_other_optimizers_are_not_probed():
     assert probe.calls == []
 
 
-def test_the_finder_probes_from_the_initial_weights_and_puts_them_back():
+def test_the_finder_probes_from_the_initial_weights_and_puts_them_back(monkeypatch):
     """A linear softmax on separable data with plain SGD: its best rates lie far above the
-    sweep's edge. Every probe starts from the initial weights (the same first loss), the
-    model ends bitwise as it was, and the steps are counted."""
+    sweep's edge. Every probe starts from the initial weights, the model ends bitwise as it
+    was, and the steps are counted."""
+    from lesson.checks import lr_finder
+
     x, y = _data(512)
     torch.manual_seed(0)
     model = nn.Linear(10, 2)
     before = [p.detach().clone() for p in model.parameters()]
-    firsts = []
-    criterion = nn.CrossEntropyLoss()
+    at_start = []
+    train_at = lr_finder._train_at
 
-    def watched(out, target):
-        loss = criterion(out, target)
-        if torch.is_grad_enabled():
-            firsts.append(float(loss))
-        return loss
+    def spy(m, *args):
+        at_start.append(all(torch.equal(a, b) for a, b in zip(before, m.parameters())))
+        return train_at(m, *args)
+    monkeypatch.setattr(lr_finder, "_train_at", spy)
     result = find_learning_rate(model, x, y, nn.CrossEntropyLoss(), batch_size=64,
                                 verbose=False)
     assert result.kind == "edge" and result.suggested_lr >= 2 * result.edge_lr
-    assert result.steps_spent == len(result) + 50 * len(result.probes) == \
+    assert len(at_start) >= len(result.probes) >= 3 and all(at_start)
+    assert result.steps_spent == len(result) + 50 * len(at_start) == \
         len(result) + result.probe_steps
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     off = find_learning_rate(model, x, y, nn.CrossEntropyLoss(), batch_size=64,
                              probes=False, verbose=False)
     assert off.probes == [] and off.probe_steps == 0
     assert off.suggested_lr == pytest.approx(rules.EDGE_SHARE * off.edge_lr)
+
+
+def test_probes_on_batches_too_large_to_keep_train_on_fresh_ones(monkeypatch):
+    """Past PROBE_BATCH_BYTES the probes keep one batch to score on and train on new ones
+    each: the same rule still reads them."""
+    from lesson.checks import lr_finder
+
+    x, y = _data(512)
+    torch.manual_seed(0)
+    kept = find_learning_rate(nn.Linear(10, 2), x, y, CE, batch_size=64, verbose=False)
+    monkeypatch.setattr(lr_finder, "PROBE_BATCH_BYTES", 1)
+    torch.manual_seed(0)
+    fresh = find_learning_rate(nn.Linear(10, 2), x, y, CE, batch_size=64, verbose=False)
+    assert fresh.kind == kept.kind == "edge" and fresh.probes
+    assert fresh.suggested_lr / fresh.edge_lr in [pytest.approx(2.0 ** k) for k in range(-1, 7)]
 
 
 def test_attention_layers_take_a_smaller_share_of_the_edge():

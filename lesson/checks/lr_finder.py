@@ -188,12 +188,13 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
     spent, kept, room = [0], [], [PROBE_BATCH_BYTES]
 
     def drawn(n: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """`n` fresh batches, the first ones kept while they fit in PROBE_BATCH_BYTES."""
+        """`n` fresh batches, the first ones kept while they fit in PROBE_BATCH_BYTES (the
+        first one always)."""
         for _ in range(n):
             batch = next(batches)
             room[0] -= sum(t.element_size() * t.nelement() for t in batch
                            if isinstance(t, torch.Tensor))
-            if room[0] >= 0:
+            if room[0] >= 0 or not kept:       # at least one to score on
                 kept.append(batch)
             yield batch
 
