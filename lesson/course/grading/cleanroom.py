@@ -510,6 +510,10 @@ def trusted_main(job: str, result: str, limits: dict | None = None,
         sandbox = Sandbox(limits=Limits(**limits), deny=list(deny or []))
         sandbox.start(fork=True)
     spec = json.loads(Path(job).read_text())
+    if spec.get("dump_after"):            # where it stood, in the log, if it is killed late
+        import faulthandler
+
+        faulthandler.dump_traceback_later(spec["dump_after"], exit=False)
     data = run(spec["cells"], Limits(**spec["limits"]), spec["deny"], sandbox)
     Path(result).write_text(json.dumps(data))
 
@@ -527,13 +531,14 @@ def grade_notebook(nb: Any, limits: Limits | None = None, deny: list[str] | None
     os.chmod(private, 0o700)
     job, result = private / "job.json", private / "result.json"
     denied = [str(Path(d).resolve()) for d in (deny or [])] + [str(private)]
-    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__, "deny": denied}))
     budget = 120 + limits.timeout_s * (2 + sum(c["kind"] != "context" for c in cells))
+    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__, "deny": denied,
+                               "dump_after": max(budget - 5, 1)}))
     verdicts = Verdicts()
     start = time.monotonic()
     code, log = _trusted_process(job, result, limits, denied, private, budget)
     if code is None:
-        verdicts.error = f"the clean room ran past {budget:.0f} s"
+        verdicts.error = f"the clean room ran past {budget:.0f} s: {log[-1500:]}"
     elif code != 0 or not result.is_file():
         verdicts.error = f"the clean room failed ({code}): {log[-2000:]}"
     if verdicts.error is None:

@@ -52,7 +52,7 @@ def _usage(message: str) -> int:
 
 
 def _failed(message: str, advice: str, debug: bool) -> int:
-    if debug:
+    if debug and sys.exc_info()[0] is not None:
         import traceback
 
         traceback.print_exc()

@@ -68,7 +68,7 @@ def _students_part(out: dict) -> list[str]:
     room); the frames before it are the test's and may quote its lines."""
     text = _ANSI.sub("", "".join(out.get("traceback", [])))
     head = f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"
-    mark = text.rfind(head)
+    mark = text.find(head)
     tail = text[mark + len(head):].strip("\n") if mark >= 0 else ""
     return [head] + ([tail] if tail else [])
 
@@ -89,3 +89,43 @@ def generate_feedback(root: Path, url: str, assignments: list[str]) -> list[str]
             last = [ln for ln in done.stderr.splitlines() if "ERROR" in ln][-1:]
             failed.append(f"{assignment} ({last[0].strip() if last else done.returncode})")
     return failed
+
+
+# -- the check that no page shows a hidden test --------------------------------------------
+
+def hidden_source(solution: Path, release: Path) -> set[str]:
+    """The lines of a solution's hidden tests worth looking for in a page: not blank, not
+    shorter than 7 characters, and not a line the release shows as well."""
+    import nbformat
+
+    shown = {ln.strip() for c in nbformat.read(release, as_version=4).cells
+             for ln in c.source.splitlines()}
+    markers = ClearHiddenTests()
+    found: set[str] = set()
+    for cell in nbformat.read(solution, as_version=4).cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if markers.begin_test_delimeter in line:
+                inside = True
+            elif markers.end_test_delimeter in line:
+                inside = False
+            elif inside and len(line.strip()) > 6 and line.strip() not in shown:
+                found.add(line.strip())
+    return found
+
+
+def page_text(page: Path) -> str:
+    """A feedback page as its reader sees it: tags out, entities decoded, spaces folded."""
+    import html
+
+    text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+    return "\n".join(" ".join(line.split()) for line in text.splitlines())
+
+
+def leaks(page: Path, hidden: set[str]) -> list[str]:
+    """The hidden lines (and hidden-test markers) that `page` shows."""
+    text = page_text(page)
+    found = [ln for ln in sorted(hidden) if " ".join(ln.split()) in text]
+    cleaner = ClearHiddenTests()
+    return found + [m for m in (cleaner.begin_test_delimeter, cleaner.end_test_delimeter)
+                    if m in text]
