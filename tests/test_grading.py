@@ -274,7 +274,7 @@ def test_faults_are_named_with_their_cell_and_line_in_both_paths(graded):
     assert ("syntax/ex5_gradient_check: locate_bad_parameter: SyntaxError at line 8 of answer "
             "cell locate_bad_parameter: expected ':'") in run
     assert ("indent/ex1_exploding_gradients: exploding_steps: IndentationError at line 4 of "
-            "answer cell exploding_steps: unindent does not match") in run
+            "answer cell exploding_steps: unexpected indent") in run
     assert re.search(r"toploop/ex5_gradient_check: numerical_gradient: cell numerical_gradient "
                      r"ran past the time limit \(30 s, interrupted\); what it defined before "
                      r"line \d+ still counts", run)

@@ -380,3 +380,30 @@ def honest(student: str) -> bool:
     """Whether a simulated student's work is honest (tampering students are not): a kernel
     and the clean room must grade it the same."""
     return student not in {who for who, _, _ in TAMPERING.values()} and student != GARBLED[0]
+
+
+#: one hundred students' worth of a class that hands in ex1 or ex5: mostly right, some
+#: honest alternatives and wrong answers, the faults above, each tampering technique of these
+#: two assignments once, and a notebook that is not one. (who, assignment, copies)
+MIX: list[tuple[str, str, int]] = [
+    ("model", "ex5_gradient_check", 28), ("model", "ex1_exploding_gradients", 27),
+    ("honest", "ex1_exploding_gradients", 8), ("wrong", "ex1_exploding_gradients", 8),
+    ("partial", "ex5_gradient_check", 5), ("blank", "ex5_gradient_check", 4),
+    ("syntax", "ex5_gradient_check", 3), ("indent", "ex1_exploding_gradients", 3),
+    ("raiser", "ex5_gradient_check", 3), ("editor", "ex1_exploding_gradients", 1),
+    ("toploop", "ex5_gradient_check", 1), ("looper", "ex1_exploding_gradients", 1),
+    ("garbled", "ex5_gradient_check", 1),
+] + [(who, a, 1) for who, a, _ in TAMPERING.values() if a != "clinic1_not_learning"]
+
+
+def class_of(n: int, solutions: Path, root: Path, drafts: Path) -> dict[tuple[str, str], Path]:
+    """A class of `n` students (`s001`, ...), each handing in one notebook of MIX, in MIX's
+    proportions; (student, assignment) -> notebook."""
+    kinds = submissions(solutions, root, drafts, faults=True)
+    cycle = [(who, assignment) for who, assignment, copies in MIX for _ in range(copies)]
+    assert len(cycle) == 100, len(cycle)
+    # spread each kind over the class rather than in runs of one kind
+    order = sorted(range(100), key=lambda i: (i * 37) % 100)
+    width = len(str(n))
+    return {(f"s{i + 1:0{width}d}", cycle[order[i % 100]][1]): kinds[cycle[order[i % 100]]]
+            for i in range(n)}
