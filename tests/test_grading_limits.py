@@ -23,6 +23,13 @@ from lesson.course.learner.classroom import copy_course, generate_release
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def alembic_on_path(monkeypatch):
+    """nbgrader's Gradebook runs the `alembic` beside this interpreter to make a new one."""
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
+                                                os.environ.get("PATH", "")]))
+
+
 def notebook(*cells: tuple[str, str, int]) -> nbformat.NotebookNode:
     """A sanitized notebook: (kind, source, points) per cell; kind is answer, test or setup."""
     nb = nbformat.v4.new_notebook()
@@ -194,7 +201,7 @@ def test_feedback_shows_a_tests_name_points_and_message_but_no_hidden_line():
                    "AssertionError: off by one"])]
     nb, _ = HideHiddenTests().preprocess(nb, {})
     assert nb.cells[1].source.splitlines() == ["# test1: 0 of 3 points", "assert f(1) == 1",
-                                               HIDDEN_NOTE, ""]
+                                               HIDDEN_NOTE]
     assert nb.cells[1].outputs[0]["traceback"] == ["AssertionError: off by one"]
     assert nb.cells[0].source == "def f(x):\n    return x\n"     # answers stay as written
 
@@ -273,3 +280,45 @@ def test_infrastructure_failures_exit_3_with_one_line_and_what_to_do(course, tmp
             }[case] in line
     debug = nndebug(where, *args, "--debug")
     assert debug.returncode == 3 and "Traceback" in debug.stderr or case == "no course"
+
+
+# -- statuses and the export ---------------------------------------------------------------
+
+def test_statuses_fold_per_submission_and_the_export_leaves_ungraded_scores_empty(tmp_path):
+    """Ungraded wins over tampering, tampering over graded; late comes from nbgrader's due
+    date; an ungraded row has no score, a graded one nbgrader's, a missing one nbgrader's 0."""
+    from nbgrader.api import Gradebook
+
+    from lesson.course.grading import status
+    from lesson.course.grading.export import export_csv
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a1", duedate="2030-01-01 00:00:00")
+        gb.add_notebook("nb1", "a1")
+        gb.add_notebook("nb2", "a1")
+        for name in ("ok", "late", "cheat", "broken", "absent"):
+            gb.add_student(name)
+        for name in ("ok", "cheat", "broken"):
+            gb.add_submission("a1", name, timestamp="2029-12-31 00:00:00")
+        gb.add_submission("a1", "late", timestamp="2030-01-02 00:00:00")
+    status.write(url, "ok", "a1", {"nb1": (status.GRADED, ""), "nb2": (status.GRADED, "")})
+    status.write(url, "late", "a1", {"nb1": (status.GRADED, "")})
+    status.write(url, "cheat", "a1", {"nb1": (status.TAMPERING, "uses os.kill"),
+                                      "nb2": (status.GRADED, "")})
+    status.write(url, "broken", "a1", {"nb1": (status.TAMPERING, "uses os.kill"),
+                                       "nb2": (status.UNGRADED, "nb2.ipynb is not a notebook")},
+                 fingerprint="abc")
+    states = status.read(url)
+    assert {k[0]: v.label for k, v in states.items()} == {
+        "ok": "graded", "late": "late", "cheat": "tampering: uses os.kill",
+        "broken": "ungraded: nb2.ipynb is not a notebook"}
+    assert states[("broken", "a1")].fingerprint == "abc" and not states[("broken", "a1")].graded
+    export_csv(url, tmp_path / "grades.csv")
+    import csv
+
+    rows = {r["student_id"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert rows["broken"]["score"] == "" and rows["broken"]["raw_score"] == ""
+    assert rows["ok"]["score"] == "0.0" and rows["ok"]["status"] == "graded"
+    assert rows["absent"]["score"] == "0.0" and rows["absent"]["status"] == "not submitted"
+    assert list(rows["ok"])[-1] == "status"
