@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from lesson.course.grading.simulated import FAULTS
 from lesson.course.learner.catalog import load_exercises
 from lesson.course.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
                                       export_grades, generate_release, gradebook_scores, submit)
@@ -215,15 +216,7 @@ def test_every_wrong_answer_targets_a_real_cell():
 #: ex1 with an endless loop in one function (for an empty history), and a library-style
 #: warning on stderr from another, which must not cost a point (IgnorePattern).
 LOOPER = ("ex1_exploding_gradients", {
-    "suggest_clip_value":
-        "import time\n\n"
-        "def suggest_clip_value(history, percentile=10.0):\n"
-        "    while not history:          # 'wait until there are records': never returns\n"
-        "        time.sleep(0.05)\n"
-        "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
-        "    if not norms:\n"
-        "        raise ValueError('no finite norm')\n"
-        "    return float(np.percentile(norms, percentile))\n",
+    "suggest_clip_value": FAULTS[("looper", "ex1_exploding_gradients")][1]["suggest_clip_value"],
     "total_grad_norm":
         "import sys\n\n"
         "def total_grad_norm(record):\n"

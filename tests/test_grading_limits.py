@@ -236,7 +236,7 @@ def course(tmp_path_factory) -> Path:
 
 def one_clear_line(run: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr[:3000]
     return lines[0]
 
 

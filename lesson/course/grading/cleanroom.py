@@ -563,11 +563,11 @@ def check_memory(memory_mb: float) -> None:
     if not zygote.ENABLED:
         return
     try:
-        floor = memory_floor_mb(zygote.prewarm())
+        mapped = zygote.prewarm()
     except zygote.ZygoteGone:
         return
-    if memory_mb < floor:
-        raise MemoryTooLow(memory_mb, floor)
+    if memory_mb < memory_floor_mb(mapped):
+        raise MemoryTooLow(memory_mb, mapped)
 
 
 def _trusted_process(job: Path, result: Path, limits: Limits, deny: list[str], private: Path,

@@ -194,18 +194,29 @@ def _client(workers: int | None, scheduler: str | None, connect_timeout: float):
 
     if scheduler:
         try:
-            return Client(scheduler, timeout=f"{connect_timeout:g}s"), None
+            client = Client(scheduler, timeout=f"{connect_timeout:g}s")
         except (OSError, TimeoutError) as exc:
             raise Infrastructure(f"no Dask scheduler answers at {scheduler} ({exc})",
                                  "start one there (`dask scheduler`, then `dask worker "
                                  f"{scheduler} --nthreads 1` on each host), check the "
                                  "address and firewall, or leave out --scheduler to grade on "
                                  "this machine") from None
+        try:
+            client.wait_for_workers(1, timeout=connect_timeout)
+        except (OSError, TimeoutError):
+            client.close()
+            raise Infrastructure(f"the Dask scheduler at {scheduler} has no workers",
+                                 f"start `dask worker {scheduler} --nthreads 1` on each "
+                                 "grading host") from None
+        return client, None
     import os
 
     n = workers or os.cpu_count() or 1
+    # a port of its own for the scheduler's HTTP server (8787 may be another cluster's), and
+    # no log lines: a task's failure comes back with its result, and a worker's complaints
+    # while the cluster shuts down are noise
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None, memory_limit=0, silence_logs=40)
+                           dashboard_address=":0", memory_limit=0, silence_logs=50)
     return Client(cluster), cluster
 
 
@@ -329,9 +340,9 @@ def _check_memory(client: Any, memory_mb: int) -> None:
         mapped = client.run(prewarm)
     except Exception:        # a worker that cannot start one starts it with its first notebook
         return
-    floor = memory_floor_mb(max(mapped.values(), default=0.0))
-    if any(mapped.values()) and memory_mb < floor:
-        raise Usage(str(MemoryTooLow(memory_mb, floor)))
+    largest = max(mapped.values(), default=0.0)
+    if largest and memory_mb < memory_floor_mb(largest):
+        raise Usage(str(MemoryTooLow(memory_mb, largest)))
 
 
 def _budgets(client: Any, root: Path, config: Any, url: str, todo: list[Submission],

@@ -48,11 +48,12 @@ def memory_floor_mb(mapped_mb: float) -> int:
 class MemoryTooLow(ValueError):
     """A memory limit below what the course needs."""
 
-    def __init__(self, memory_mb: float, floor_mb: int):
+    def __init__(self, memory_mb: float, mapped_mb: float):
+        self.floor_mb = memory_floor_mb(mapped_mb)
         super().__init__(f"a memory limit of {memory_mb:g} MB is below what the course needs: "
-                         f"at least {floor_mb} MB (a sandbox maps {floor_mb - COURSE_WORKING_MB}"
-                         f"-odd MB for torch, NumPy and matplotlib before any answer runs)")
-        self.floor_mb = floor_mb
+                         f"at least {self.floor_mb} MB (a sandbox starts with {mapped_mb:.0f} MB "
+                         f"mapped by torch, NumPy and matplotlib; the course's answers need "
+                         f"{COURSE_WORKING_MB} MB more)")
 
 
 @dataclass
