@@ -51,7 +51,7 @@ class BudgetSpent(TimedOut):
 
     def __init__(self, budget: float | None):
         super().__init__(f"the notebook's time budget ({budget:g} s for the student's code) "
-                         f"is spent: not run")
+                         f"is spent")
 
 
 #: a function that ran past its time limit once gets at most this many times its slowest
