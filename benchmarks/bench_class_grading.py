@@ -143,7 +143,8 @@ def main() -> None:
         rows.append((name, wall, last))
         grades[name] = gbk.scores(gbk.db_url(root, None))
         print(f"{name:<28} {wall:7.1f} s  {n / wall * 60:6.1f} submissions/min  "
-              f"{wall / n:5.2f} s each   ({last})", flush=True)
+              f"{wall / n:5.2f} s each   ({last}; load average after it "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", flush=True)
 
     run("local, 1 worker", "--workers", "1")
     run("local, 2 workers", "--workers", "2")

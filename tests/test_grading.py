@@ -385,6 +385,8 @@ def test_a_bad_submission_is_reported_and_the_rest_graded(tmp_path):
     assert "garbled/ex5_gradient_check: gradient_check.ipynb is not a readable notebook" in run.stdout
     assert "absent/ex5_gradient_check: gradient_check.ipynb was not submitted" in run.stdout
     assert "looper/ex5_gradient_check" in run.stdout and "longer than 5 s" in run.stdout
+    assert ("looper/ex5_gradient_check: test_locate: locate_bad_parameter ran out of memory "
+            "(the sandbox's limit is 2048 MB)") in run.stdout      # the hog, at --memory
     table = gbk.scores(gbk.db_url(root, None))
     assert table[("model", "ex5_gradient_check")] == (9.0, 9.0)
     assert table[("absent", "ex5_gradient_check")][0] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def test_a_students_traceback_points_at_the_students_line():
 
 # -- endless loops bounded ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_top_level_loop_after_right_definitions_keeps_their_points():
     source = ("def f(x):\n    return x + 1\n\n"
               "import time\nwhile True:\n    time.sleep(0.05)\n\n"
@@ -99,6 +101,35 @@ def test_a_top_level_loop_after_right_definitions_keeps_their_points():
     assert "NameError" in verdicts.failed["test2"]  # g never was, as in a kernel
 
 
+#: top-level code that ends an answer cell early, after a right definition: an error, and
+#: a read far past an array's end (SIGSEGV: the sandbox dies mid-cell)
+ENDINGS = {
+    "an error": ("raise ValueError('not finished')\n", "ValueError", "not finished"),
+    "a crash": ("import numpy as np\n"
+                "print(np.lib.stride_tricks.as_strided(np.zeros(1), shape=(2,),\n"
+                "                                      strides=(1 << 44,)).sum())\n",
+                "RuntimeError", "the sandbox died of SIGSEGV"),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_right_definition_keeps_its_points_however_its_cell_ends(ending):
+    """As in a kernel: what the cell's statements before the failing one defined is
+    defined; what comes after is not."""
+    code, ename, says = ENDINGS[ending]
+    source = "def f(x):\n    return x + 1\n\n" + code + "\ndef g(x):\n    return x\n"
+    nb = notebook(("answer", source, 0), ("test", "assert f(1) == 2\n", 2),
+                  ("test", "assert g(1) == 1\n", 1), ("answer", "h = f(2)\n", 0),
+                  ("test", "assert h == 3\n", 1))
+    verdicts = grade_notebook(nb, Limits(timeout_s=20))
+    assert verdicts.error is None, verdicts.error
+    (error,) = errors(nb, 0)
+    assert error["ename"] == ename and says in error["evalue"], error
+    assert not errors(nb, 1) and not errors(nb, 4), verdicts.failed   # f, and a later cell
+    assert sorted(verdicts.failed) == ["test2"] and "NameError" in verdicts.failed["test2"]
+
+
+@pytest.mark.slow
 def test_a_function_that_timed_out_is_not_given_the_full_timeout_again():
     source = ("import time\n\n"
               "def f(x):\n"
@@ -118,6 +149,7 @@ def test_a_function_that_timed_out_is_not_given_the_full_timeout_again():
     assert took < 2 * timeout + 10, took             # not two full timeouts
 
 
+@pytest.mark.slow
 def test_the_notebooks_budget_stops_the_students_code_and_the_rest_scores_zero():
     source = "import time\n\ndef f(x):\n    time.sleep(1.0)\n    return x\n"
     tests = [("test", f"assert f({i}) == {i}\n", 1) for i in range(8)]
@@ -130,6 +162,7 @@ def test_the_notebooks_budget_stops_the_students_code_and_the_rest_scores_zero()
     assert verdicts.spent < 6
 
 
+@pytest.mark.slow
 def test_the_default_budget_is_a_few_times_the_solutions_time_and_is_kept(tmp_path):
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     solution = ROOT / "solutions" / "ex5_gradient_check" / "gradient_check.ipynb"
@@ -182,6 +215,31 @@ def test_a_memory_limit_below_the_courses_need_is_refused_with_the_minimum():
     nb = notebook(("answer", "x = 1\n", 0), ("test", "assert x == 1\n", 1))
     with pytest.raises(MemoryTooLow, match=r"at least \d+ MB"):
         grade_notebook(nb, Limits(timeout_s=20, memory_mb=50))
+
+
+@pytest.mark.slow
+def test_plain_autograde_below_the_courses_need_leaves_the_submission_ungraded(course,
+                                                                                 tmp_path):
+    """nbgrader autograde --CleanRoomExecute.memory_mb=50: no zeros saved; the status says
+    why, with the minimum, and the export has no score for it."""
+    import csv
+
+    from lesson.course.grading import status
+    from lesson.course.learner.classroom import nbgrader
+
+    root = Path(shutil.copytree(course, tmp_path / "course"))
+    run = nbgrader(root, "autograde", "ex5_gradient_check", "--force",
+                   "--CleanRoomExecute.memory_mb=50", check=False)
+    line = re.search(r"^model/ex5_gradient_check: ungraded: .*$", run.stdout, re.M)
+    assert line and re.search(r"50 MB is below what the course needs: at least \d+ MB",
+                              line.group()), run.stdout + run.stderr[-3000:]
+    state = status.read(f"sqlite:///{root / 'gradebook.db'}")[("model", "ex5_gradient_check")]
+    assert not state.graded and "at least" in state.detail, state
+    nbgrader(root, "export", "--to", "grades.csv")
+    with (root / "grades.csv").open(newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["student_id"] == "model")
+    assert row["score"] == "" and row["status"].startswith("ungraded: a memory limit of 50 MB")
+    assert not (root / "autograded" / "model").exists()
 
 
 # -- feedback ------------------------------------------------------------------------------
@@ -240,6 +298,7 @@ def one_clear_line(run: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (["--workers", "0"], "--workers must be at least 1"),
     (["--budget", "0"], "--budget must be positive"),
@@ -253,6 +312,7 @@ def test_usage_errors_exit_2_with_one_line(course, args, says):
     assert run.returncode == 2 and says in one_clear_line(run), run.stderr
 
 
+@pytest.mark.slow
 def test_memory_below_the_courses_need_exits_2_with_the_minimum(course):
     run = nndebug(course, "--workers", "1", "--memory", "50")
     line = one_clear_line(run)
@@ -260,6 +320,7 @@ def test_memory_below_the_courses_need_exits_2_with_the_minimum(course):
                                              r"\d+ MB", line), run.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["no course", "database", "scheduler", "sqlite folder"])
 def test_infrastructure_failures_exit_3_with_one_line_and_what_to_do(course, tmp_path, case):
     where, args = course, []

@@ -64,6 +64,13 @@ class CleanRoomExecute(NbGraderPreprocessor):
             normal = None
         return budget.budget_for(normal, self.timeout)
 
+    def _failed(self, info: dict, message: str, reason: str) -> GradingFailed:
+        """The error that makes nbgrader drop the submission; in plain autograde its status
+        says why at once (nbgrader skips the post-convert hook of a failed submission)."""
+        if self.note_status and "student" in info:
+            status.failed(info["student"], info["assignment"], info["notebook"], reason)
+        return GradingFailed(message)
+
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         info = resources.get("nbgrader", {})
         who = f"{info.get('student', '?')}/{info.get('assignment', '?')}/{info.get('notebook', '?')}"
@@ -72,9 +79,10 @@ class CleanRoomExecute(NbGraderPreprocessor):
                             budget_s=self._budget(info) if "db_url" in info else self.budget or None)
             verdicts = grade_notebook(nb, limits, deny=self._denied())
         except MemoryTooLow as exc:
-            raise GradingFailed(f"{who}: {exc}") from None
+            raise self._failed(info, f"{who}: {exc}", str(exc)) from None
         if verdicts.error:
-            raise GradingFailed(f"the clean room could not grade {who}: {verdicts.error}")
+            raise self._failed(info, f"the clean room could not grade {who}: {verdicts.error}",
+                               f"the clean room could not grade it: {verdicts.error}")
         for label, reasons in verdicts.tampering.items():
             self.log.warning("TAMPERING %s, cell %s: %s", who, label, "; ".join(reasons))
         if self.note_status and "student" in info:

@@ -182,7 +182,7 @@ def autograde_started(assignment: str, student: str, notebooks: list[str]) -> No
     if found is None or url is None:
         return
     student, assignment, _ = found
-    rows = {}
+    rows, unreadable = {}, []
     for path in notebooks:
         name = Path(path).stem
         try:
@@ -191,14 +191,38 @@ def autograde_started(assignment: str, student: str, notebooks: list[str]) -> No
         except Exception as exc:
             rows[name] = (UNGRADED, f"{name}.ipynb is not a readable notebook "
                                     f"({type(exc).__name__})")
+            unreadable.append(rows[name][1])
     _NOTED.pop((student, assignment), None)
     _STARTED[(student, assignment)] = time.monotonic()
     write(url, student, assignment, rows)
+    if unreadable:                        # nbgrader will stop on it: the submission's line
+        print(f"{student}/{assignment}: ungraded: {unreadable[0]}", flush=True)
 
 
 def note(student: str, assignment: str, notebook: str, kind: str, detail: str = "") -> None:
     """The clean room's verdict on one notebook, kept until autograde finishes the submission."""
     _NOTED.setdefault((student, assignment), {})[notebook] = (kind, detail)
+
+
+def failed(student: str, assignment: str, notebook: str, reason: str) -> None:
+    """The clean room could not grade this notebook of a plain `nbgrader autograde` run:
+    nbgrader drops the submission without its post-convert hook, so its status row gets the
+    reason now, and the run prints the submission's one line."""
+    url = _autograde_url()
+    _NOTED.pop((student, assignment), None)
+    _STARTED.pop((student, assignment), None)
+    if url is None:
+        return
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url) as gb:
+        engine, table = _engine_and_table(gb)
+        with engine.begin() as conn:
+            conn.execute(table.update().where(
+                table.c.student == student, table.c.assignment == assignment,
+                table.c.notebook == notebook).values(status=UNGRADED, detail=reason[:500],
+                                                     updated=time.time()))
+    print(f"{student}/{assignment}: ungraded: {reason.splitlines()[0][:200]}", flush=True)
 
 
 def autograde_finished(assignment: str, student: str, notebooks: list[str]) -> None:
