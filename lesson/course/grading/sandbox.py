@@ -166,8 +166,10 @@ class Sandbox:
     _hello: bool = False
     #: the top-level statement of the current cell that was last seen starting (see child)
     progress: int | None = None
-    #: wall seconds the child has spent on requests, restarts and replays included
+    #: wall seconds the student's code has taken: requests and the replays after a restart
+    #: (a new interpreter's start-up is the grader's cost, kept in `booting`)
     spent: float = 0.0
+    booting: float = 0.0
 
     def start(self, fork: bool = False) -> None:
         """Start the child: a new `python -I`, or with `fork` a fork of this process, which
@@ -204,15 +206,20 @@ class Sandbox:
         self._fds = (to_child_w, from_child_r)
         self._hello = False
 
-    def _ready(self, deadline: float) -> None:
-        """Wait for the child's hello (it imports torch meanwhile), then replay the answers
-        a previous child had before it died, none past `deadline`."""
+    def _ready(self, left: float) -> float:
+        """Wait for the child's hello (it imports torch meanwhile; counted in `booting`), then
+        replay the answers a previous child had before it died, within `left` seconds. The
+        moment the replays must end by."""
         if self._hello:
-            return
-        self._request_raw(b"", deadline=time.monotonic() + 180)
+            return time.monotonic() + left
+        begun = time.monotonic()
+        self._request_raw(b"", deadline=begun + 180)
+        self.booting += time.monotonic() - begun
         self._hello = True
+        deadline = time.monotonic() + left
         for message in self._replay:       # each ran before: a death here ends the request
             self._request_raw(message, min(deadline, time.monotonic() + self.limits.timeout_s))
+        return deadline
 
     def _request_raw(self, payload: bytes, deadline: float, track: bool = False) -> Any:
         """One request and its reply; `track` keeps the cell's progress frames."""
@@ -265,20 +272,20 @@ class Sandbox:
         """Send one request; the reply is plain data. `replay` keeps it for restarts.
         `timeout` (at most the limit's) bounds the request itself; `budget` bounds it with
         the restart and replay it may need first (TimedOut past either)."""
-        start = time.monotonic()
-        end = start + budget if budget is not None else float("inf")
+        start, booted = time.monotonic(), self.booting
+        left = budget if budget is not None else float("inf")
         wait = self.limits.timeout_s if timeout is None else min(timeout, self.limits.timeout_s)
         self.progress = None
         try:
-            if end <= start:
+            if left <= 0:
                 raise TimedOut("no time left")
             if self.proc is None or self.proc.poll() is not None:
                 self.start()
-            self._ready(end)
+            end = self._ready(left)
             payload = dumps_for_child(message)
             reply = self._request_raw(payload, min(end, time.monotonic() + wait), track=True)
         finally:
-            self.spent += time.monotonic() - start
+            self.spent += time.monotonic() - start - (self.booting - booted)
         if replay:
             self._replay.append(payload)
         return reply
