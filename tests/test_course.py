@@ -6,12 +6,14 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from lesson.course.grading.simulated import FAULTS
 from lesson.course.learner.catalog import load_exercises
 from lesson.course.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
                                       export_grades, generate_release, gradebook_scores, submit)
@@ -239,15 +241,7 @@ def test_every_wrong_answer_targets_a_real_cell():
 #: ex1 with an endless loop in one function (for an empty history), and a library-style
 #: warning on stderr from another, which must not cost a point (IgnorePattern).
 LOOPER = ("ex1_exploding_gradients", {
-    "suggest_clip_value":
-        "import time\n\n"
-        "def suggest_clip_value(history, percentile=10.0):\n"
-        "    while not history:          # 'wait until there are records': never returns\n"
-        "        time.sleep(0.05)\n"
-        "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
-        "    if not norms:\n"
-        "        raise ValueError('no finite norm')\n"
-        "    return float(np.percentile(norms, percentile))\n",
+    "suggest_clip_value": FAULTS[("looper", "ex1_exploding_gradients")][1]["suggest_clip_value"],
     "total_grad_norm":
         "import sys\n\n"
         "def total_grad_norm(record):\n"
@@ -298,7 +292,8 @@ def _grade_class(base: Path):
             for name, path in submissions.pop(student):
                 submit(copy, student, name, path)
     assert not submissions, f"students without a grader: {sorted(submissions)}"
-    autograde_each(list(dict.fromkeys(copies.values())), jobs=3)
+    # an explicit budget: the default would time every solution once per gradebook (4 here)
+    autograde_each(list(dict.fromkeys(copies.values())), 3, "--CleanRoomExecute.budget=1800")
     grades = export_grades(copies["model"])                  # nbgrader export, for real
     assert grades == gradebook_scores(copies["model"])
     for copy in dict.fromkeys(copies.values()):
@@ -400,3 +395,35 @@ def test_an_edited_test_cell_is_graded_with_the_original(graded_class):
     nb = nbformat.read(next(graded.glob("*.ipynb")), as_version=4)
     source = next(c.source for c in nb.cells if c.get("id") == test_cell)
     assert "all tests pass" not in source and "assert" in source
+
+
+@pytest.mark.slow
+def test_no_feedback_page_of_any_assignment_shows_a_hidden_test(graded_class, tmp_path):
+    """Every page of every assignment, made two ways: plain `nbgrader generate_feedback`
+    through the course's configuration, and `nndebug grade --feedback`'s generate_feedback,
+    here on a course whose configuration forgot the hiding step."""
+    from lesson.course.grading.feedback import generate_feedback, hidden_source, leaks
+    from lesson.course.learner.classroom import nbgrader
+
+    _, copies, grades = graded_class
+    hidden = {ex.name: hidden_source(ex.solution(ROOT), ex.released(ROOT)) for ex in EXERCISES}
+    assert all(hidden.values())
+    pages = 0
+    for i, copy in enumerate(dict.fromkeys(copies.values())):
+        for way in ("nbgrader", "nndebug"):
+            course = tmp_path / f"{way}-{i}"
+            shutil.copytree(copy, course, ignore=shutil.ignore_patterns("feedback"))
+            if way == "nbgrader":
+                nbgrader(course, "generate_feedback", "*", "--force")
+            else:
+                config = course / "nbgrader_config.py"
+                config.write_text(config.read_text().split("c.GenerateFeedback")[0])
+                assert "HideHiddenTests" not in config.read_text()
+                graded = sorted({p.name for p in (course / "autograded").glob("*/*")})
+                assert not generate_feedback(course, f"sqlite:///{course / 'gradebook.db'}",
+                                             graded)
+            for ex in EXERCISES:
+                for page in (course / "feedback").glob(f"*/{ex.name}/*.html"):
+                    assert not leaks(page, hidden[ex.name]), (way, page)
+                    pages += 1
+    assert pages == 2 * len(grades)

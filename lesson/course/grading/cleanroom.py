@@ -46,6 +46,41 @@ class Tampering(Exception):
     """A test used an answer that reached into the grader."""
 
 
+class BudgetSpent(TimedOut):
+    """The notebook's time budget for the student's code is spent."""
+
+    def __init__(self, budget: float | None):
+        super().__init__(f"the notebook's time budget ({budget:g} s for the student's code) "
+                         f"is spent")
+
+
+#: a function that ran past its time limit once gets at most this many times its slowest
+#: finished call afterwards (and at least RETRY_FLOOR_S), never the full limit again
+RETRY_FACTOR, RETRY_FLOOR_S = 10.0, 5.0
+
+
+def syntax_error(source: str, label: str) -> SyntaxError | None:
+    """The syntax or indentation error that stops an answer cell before it runs, if any
+    (compiled, never run: `return` outside a function is caught too)."""
+    try:
+        compile(source, f"<cell {label}>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc
+    except (ValueError, RecursionError, MemoryError) as exc:   # NUL bytes, absurd nesting
+        error = SyntaxError(str(exc) or type(exc).__name__)
+        error.lineno = 1
+        return error
+    return None
+
+
+def _syntax_output(exc: SyntaxError, label: str) -> dict:
+    where = f"line {exc.lineno} of answer cell {label}" if exc.lineno else f"answer cell {label}"
+    exc.filename = f"<cell {label}>"
+    return {"output_type": "error", "ename": type(exc).__name__,
+            "evalue": f"{where}: {exc.msg}",
+            "traceback": ["".join(traceback.format_exception_only(type(exc), exc))]}
+
+
 @dataclass
 class Verdicts:
     """The clean room's result for one notebook: outputs per code cell (by index) and the
@@ -56,6 +91,8 @@ class Verdicts:
     notes: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)   # test cell -> why it scored 0
     error: str | None = None                               # the clean room itself failed
+    spent: float = 0.0                        # wall seconds of the student's code (sandbox)
+    unrun: dict[str, str] = field(default_factory=dict)    # answer cell -> its syntax error
 
 
 def classify(nb: Any) -> list[dict]:
@@ -88,8 +125,11 @@ def _stream(name: str, text: str) -> list[dict]:
 
 
 def _error_output(exc: BaseException) -> dict:
+    """nbgrader's error output. The grader's own frames are left out, and so is the frame of
+    the stand-in for a student's function: its traceback follows, at the student's lines."""
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    frames = [ln for ln in lines if "lesson/course/grading" not in ln]
+    frames = [ln for ln in lines if "lesson/course/grading" not in ln
+              and not ln.lstrip().startswith('File "<answer ')]
     return {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc),
             "traceback": frames[-30:]}
 
@@ -172,14 +212,39 @@ class Room:
         self.tampering: dict[str, list[str]] = {}
         self.caught: list[str] = []                       # during the current test cell
         self.notes: list[str] = []
+        self.unrun: dict[str, str] = {}     # answer cell -> why it never ran (a syntax error)
+        self.slowest: dict[str, float] = {}               # function -> its slowest call
+        self.timed_out: set[str] = set()                  # functions that ran past the limit
 
     def _record(self, label: str, reasons: list[str]) -> None:
         self.tampering.setdefault(label, [])
         self.tampering[label] += [r for r in reasons if r not in self.tampering[label]]
         self.caught += reasons
 
-    def request(self, message: tuple, replay: bool = False) -> dict:
-        return self.sandbox.request(message, replay=replay)
+    @property
+    def budget_left(self) -> float | None:
+        budget = self.sandbox.limits.budget_s
+        return None if budget is None else budget - self.sandbox.spent
+
+    def request(self, message: tuple, replay: bool = False, timeout: float | None = None
+                ) -> dict:
+        """A request to the sandbox within the call's timeout and the notebook's budget."""
+        left = self.budget_left
+        if left is not None and left <= 0:
+            raise BudgetSpent(self.sandbox.limits.budget_s)
+        try:
+            return self.sandbox.request(message, replay=replay, timeout=timeout, budget=left)
+        except TimedOut:
+            left = self.budget_left
+            if left is not None and left <= 0.05:
+                raise BudgetSpent(self.sandbox.limits.budget_s) from None
+            raise
+
+    def _call_timeout(self, name: str) -> float:
+        full = self.sandbox.limits.timeout_s
+        if name not in self.timed_out:
+            return full
+        return min(full, max(RETRY_FLOOR_S, RETRY_FACTOR * self.slowest.get(name, 0.0)))
 
     def _refused(self, name: str, label: str, reasons: list[str]):
         room = self
@@ -208,13 +273,21 @@ class Room:
         def call(args: tuple, kwargs: dict) -> Any:
             from . import wire
 
+            limit = room._call_timeout(name)
+            start = time.monotonic()
             try:
-                reply = room.request(("call", name, args, kwargs))
+                reply = room.request(("call", name, args, kwargs), timeout=limit)
+            except BudgetSpent as exc:
+                room.timed_out.add(name)
+                raise TimeoutError(f"{name}: {exc}") from None
             except TimedOut:
-                raise TimeoutError(f"{name} ran longer than {room.sandbox.limits.timeout_s:g} s "
-                                   f"(interrupted)") from None
+                again = " again" if name in room.timed_out else ""
+                room.timed_out.add(name)
+                raise TimeoutError(f"{name} ran longer than {limit:g} s{again} (interrupted)"
+                                   ) from None
             except SandboxDied as exc:
                 raise RuntimeError(f"{name}: {exc}") from None
+            room.slowest[name] = max(room.slowest.get(name, 0.0), time.monotonic() - start)
             sys.stdout.write(reply.get("stdout", ""))
             sys.stderr.write(reply.get("stderr", ""))
             if reply.get("tampering"):
@@ -249,9 +322,11 @@ class Room:
         return outputs
 
     def answer(self, cell: dict, instructor: set[str]) -> list[dict]:
-        from . import wire
-
         label, source = cell["label"], cell["source"]
+        broken = syntax_error(source, label)
+        if broken is not None:            # nothing of it runs, as in the kernel
+            self.unrun[label] = f"{type(broken).__name__} at line {broken.lineno}"
+            return [_syntax_output(broken, label)]
         offered = answers(source, instructor)
         reasons = offered.refused + clinic_harness_additions(source)
         if reasons:
@@ -264,14 +339,45 @@ class Room:
                              + "; ".join(reasons) + "\n"}]
         try:
             reply = self.request(("cell", source, label, offered.names), replay=True)
-        except TimedOut:
-            return [_error_output(TimeoutError(f"cell {label} ran past the time limit"))]
-        except SandboxDied as exc:
-            return [_error_output(RuntimeError(f"cell {label}: {exc}"))]
+        except (TimedOut, SandboxDied) as exc:
+            return self._ended(cell, offered.names, instructor, exc)
+        return self._bind(cell, offered.names, instructor, reply)
+
+    def _ended(self, cell: dict, names: list[str], instructor: set[str],
+               exc: BaseException) -> list[dict]:
+        """An answer cell that never finished (past its time, out of budget, its sandbox
+        died): what its statements before the one that was running define still counts, as
+        it does in a kernel interrupted mid-cell. They run again, alone, in a new sandbox."""
+        label, source = cell["label"], cell["source"]
+        if isinstance(exc, BudgetSpent):
+            kind, message = TimeoutError, f"cell {label}: {exc}"
+        elif isinstance(exc, TimedOut):
+            kind, message = TimeoutError, (f"cell {label} ran past the time limit "
+                                           f"({self.sandbox.limits.timeout_s:g} s, interrupted)")
+        else:
+            kind, message = RuntimeError, f"cell {label}: {exc}"
+        done = self.sandbox.progress or 0
+        if not isinstance(exc, BudgetSpent) and done > 0:
+            body = ast.parse(source).body
+            kept = "\n".join(source.splitlines()[:body[done - 1].end_lineno]) + "\n"
+            try:
+                reply = self.request(("cell", kept, label, names), replay=True)
+            except (TimedOut, SandboxDied):
+                return [_error_output(kind(message))]
+            message += f"; what it defined before line {body[done].lineno} still counts"
+            return self._bind(cell, names, instructor, reply) + [_error_output(kind(message))]
+        return [_error_output(kind(message))]
+
+    def _bind(self, cell: dict, names: list[str], instructor: set[str], reply: dict
+              ) -> list[dict]:
+        """Take what an answer cell offered in `reply` into the tests' namespace."""
+        from . import wire
+
+        label, source = cell["label"], cell["source"]
         outputs = _stream("stdout", reply["stdout"]) + _stream("stderr", reply["stderr"])
         if reply.get("tampering"):
             self._record(label, reply["tampering"])
-            for name in offered.names:
+            for name in names:
                 if name not in instructor:
                     self.ns[name] = self._refused(name, label, reply["tampering"])
             return outputs + [{"output_type": "stream", "name": "stdout",
@@ -307,6 +413,10 @@ class Room:
     def test(self, cell: dict) -> tuple[list[dict], str | None]:
         self.caught = []
         outputs, error = _run_trusted_cell(cell["source"], cell["label"], self.ns)
+        if isinstance(error, NameError) and self.unrun:
+            why = "; ".join(f"answer cell {k} did not run: {v}" for k, v in self.unrun.items())
+            outputs[-1]["evalue"] += f" ({why})"
+            outputs[-1]["traceback"].append(why + "\n")
         if self.caught:
             why = "; ".join(dict.fromkeys(self.caught))
             outputs = [o for o in outputs if o["output_type"] != "error"]
@@ -380,7 +490,7 @@ def run(cells: list[dict], limits: Limits, deny: list[str], sandbox: Any = None)
     finally:
         room.close()
     return {"outputs": outputs, "tampering": room.tampering, "notes": room.notes,
-            "failed": failed}
+            "failed": failed, "spent": room.sandbox.spent, "unrun": room.unrun}
 
 
 def trusted_main(job: str, result: str, limits: dict | None = None,
@@ -400,6 +510,10 @@ def trusted_main(job: str, result: str, limits: dict | None = None,
         sandbox = Sandbox(limits=Limits(**limits), deny=list(deny or []))
         sandbox.start(fork=True)
     spec = json.loads(Path(job).read_text())
+    if spec.get("dump_after"):            # where it stood, in the log, if it is killed late
+        import faulthandler
+
+        faulthandler.dump_traceback_later(spec["dump_after"], exit=False)
     data = run(spec["cells"], Limits(**spec["limits"]), spec["deny"], sandbox)
     Path(result).write_text(json.dumps(data))
 
@@ -411,31 +525,49 @@ def grade_notebook(nb: Any, limits: Limits | None = None, deny: list[str] | None
     """Run one sanitized notebook through the clean room and put the outputs in its cells
     (in place). Returns what was found."""
     limits = limits or Limits()
+    check_memory(limits.memory_mb)
     cells = classify(nb)
     private = Path(tempfile.mkdtemp(prefix="nndebug-trusted-"))
     os.chmod(private, 0o700)
     job, result = private / "job.json", private / "result.json"
     denied = [str(Path(d).resolve()) for d in (deny or [])] + [str(private)]
-    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__, "deny": denied}))
     budget = 120 + limits.timeout_s * (2 + sum(c["kind"] != "context" for c in cells))
+    job.write_text(json.dumps({"cells": cells, "limits": limits.__dict__, "deny": denied,
+                               "dump_after": max(budget - 5, 1)}))
     verdicts = Verdicts()
     start = time.monotonic()
     code, log = _trusted_process(job, result, limits, denied, private, budget)
     if code is None:
-        verdicts.error = f"the clean room ran past {budget:.0f} s"
+        verdicts.error = f"the clean room ran past {budget:.0f} s: {log[-1500:]}"
     elif code != 0 or not result.is_file():
         verdicts.error = f"the clean room failed ({code}): {log[-2000:]}"
     if verdicts.error is None:
         data = json.loads(result.read_text())
         verdicts.outputs = {int(k): v for k, v in data["outputs"].items()}
         verdicts.tampering, verdicts.notes = data["tampering"], data["notes"]
-        verdicts.failed = data["failed"]
+        verdicts.failed, verdicts.spent = data["failed"], data["spent"]
+        verdicts.unrun = data["unrun"]
     import shutil
 
     shutil.rmtree(private, ignore_errors=True)
     _fill(nb, cells, verdicts)
     verdicts.notes.append(f"clean room: {time.monotonic() - start:.1f} s")
     return verdicts
+
+
+def check_memory(memory_mb: float) -> None:
+    """MemoryTooLow when `memory_mb` is below what a sandbox of this machine needs."""
+    from . import zygote
+    from .sandbox import MemoryTooLow, memory_floor_mb
+
+    if not zygote.ENABLED:
+        return
+    try:
+        mapped = zygote.prewarm()
+    except zygote.ZygoteGone:
+        return
+    if memory_mb < memory_floor_mb(mapped):
+        raise MemoryTooLow(memory_mb, mapped)
 
 
 def _trusted_process(job: Path, result: Path, limits: Limits, deny: list[str], private: Path,

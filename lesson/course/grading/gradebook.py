@@ -9,15 +9,10 @@ every result. PostgreSQL takes concurrent writers: each worker writes its own su
 """
 from __future__ import annotations
 
-import csv
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-FINGERPRINT = ".nndebug-graded.json"
 
 
 @dataclass(frozen=True)
@@ -101,9 +96,13 @@ def prepare(url: str, submissions: list[Submission], timestamps: dict) -> None:
                 gb.update_or_create_submission(sub.assignment, sub.student)
 
 
-def record(url: str, student: str, assignment: str, graded: dict[str, Any], config: Any) -> None:
+def record(url: str, student: str, assignment: str, graded: dict[str, Any], config: Any,
+           states: dict[str, tuple[str, str]], fingerprint: str, seconds: float) -> None:
     """Write one graded submission: nbgrader's SaveAutoGrades and AssignLatePenalties on each
-    graded notebook; a notebook that was not submitted scores 0 (nbgrader's rule)."""
+    graded notebook (a notebook that was not submitted scores 0, nbgrader's rule), then its
+    status rows (`status.write`: notebook -> (status, detail)) with its fingerprint."""
+    from . import status
+
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
@@ -122,14 +121,21 @@ def record(url: str, student: str, assignment: str, graded: dict[str, Any], conf
                     grade.auto_score = 0
                     grade.needs_manual_grade = False
                 gb.db.commit()
+    status.write(url, student, assignment, states, fingerprint, seconds)
 
 
-def scores(url: str) -> dict[tuple[str, str], tuple[float, float]]:
-    """(student, assignment) -> (score, max_score), as `nbgrader export` reports them."""
+def scores(url: str) -> dict[tuple[str, str], tuple[float | None, float]]:
+    """(student, assignment) -> (score, max_score) of every submission, as the course's
+    `nbgrader export` reports them: the score is None where it could not be graded."""
     from nbgrader.api import Gradebook
 
+    from . import status
+
     with Gradebook(url) as gb:
-        return {(sub.student_id, a.name): (float(sub.score), float(sub.max_score))
+        states = status.states(gb)
+        return {(sub.student_id, a.name): (
+                    float(sub.score) if states[(sub.student_id, a.name)].graded else None,
+                    float(sub.max_score))
                 for a in gb.assignments for sub in a.submissions}
 
 
@@ -144,34 +150,8 @@ def cell_scores(url: str, student: str, assignment: str) -> dict[str, tuple[floa
         return out
 
 
-def export_csv(url: str, path: Path) -> None:
-    """One row per student and assignment: nbgrader export's columns that matter here."""
-    table = scores(url)
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student_id", "assignment", "score", "max_score"])
-        for (student, assignment), (score, top) in sorted(table.items()):
-            writer.writerow([student, assignment, score, top])
-
-
-def fingerprint(folder: Path) -> str:
-    """A hash of a submission's files: a changed or new file means grading it again."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def graded_fingerprint(autograded: Path) -> str | None:
-    try:
-        return json.loads((autograded / FINGERPRINT).read_text())["fingerprint"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def write_autograded(autograded: Path, graded: dict[str, Any], fp: str) -> None:
-    """The autograded notebooks (what generate_feedback reads) and the fingerprint."""
+def write_autograded(autograded: Path, graded: dict[str, Any]) -> None:
+    """The autograded notebooks (what generate_feedback reads)."""
     import nbformat
 
     autograded.mkdir(parents=True, exist_ok=True)
@@ -180,4 +160,12 @@ def write_autograded(autograded: Path, graded: dict[str, Any], fp: str) -> None:
         if target.exists():
             os.chmod(target, 0o644)
         nbformat.write(nbformat.from_dict(nb_json), target)
-    (autograded / FINGERPRINT).write_text(json.dumps({"fingerprint": fp}))
+
+
+def forget_autograded(autograded: Path) -> None:
+    """An ungraded submission's old autograded notebooks go (nbgrader autograde does the
+    same on a failure): feedback must not show a grade it no longer has."""
+    import shutil
+
+    if autograded.is_dir():
+        shutil.rmtree(autograded, ignore_errors=True)

@@ -33,6 +33,27 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MEMORY_MB = 3072
 DEFAULT_CPU_S = 900
 MAX_OUTPUT = 20_000
+#: what the course's notebooks allocate beyond a fresh sandbox's own address space: the
+#: solutions peak about 310 MB above it (the clinics and ex3, read from VmPeak), so 512
+COURSE_WORKING_MB = 512
+
+
+def memory_floor_mb(mapped_mb: float) -> int:
+    """The least memory limit the course can be graded under, for a sandbox that starts
+    with `mapped_mb` of address space (torch alone maps hundreds of MB): RLIMIT_AS counts
+    it all, so a limit below it stops every answer, honest or not. Rounded up to 64 MB."""
+    return int(-(-(mapped_mb + COURSE_WORKING_MB) // 64) * 64)
+
+
+class MemoryTooLow(ValueError):
+    """A memory limit below what the course needs."""
+
+    def __init__(self, memory_mb: float, mapped_mb: float):
+        self.floor_mb = memory_floor_mb(mapped_mb)
+        super().__init__(f"a memory limit of {memory_mb:g} MB is below what the course needs: "
+                         f"at least {self.floor_mb} MB (a sandbox starts with {mapped_mb:.0f} MB "
+                         f"mapped by torch, NumPy and matplotlib; the course's answers need "
+                         f"{COURSE_WORKING_MB} MB more)")
 
 
 @dataclass
@@ -42,6 +63,8 @@ class Limits:
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_mb: int = DEFAULT_MEMORY_MB
     cpu_s: int = DEFAULT_CPU_S
+    #: wall seconds the student's code may take over the whole notebook (None: no budget)
+    budget_s: float | None = None
 
 
 def _package_dirs() -> list[str]:
@@ -141,6 +164,12 @@ class Sandbox:
     _replay: list[bytes] = field(default_factory=list)
     _fds: tuple[int, int] | None = None
     _hello: bool = False
+    #: the top-level statement of the current cell that was last seen starting (see child)
+    progress: int | None = None
+    #: wall seconds the student's code has taken: requests and the replays after a restart
+    #: (a new interpreter's start-up is the grader's cost, kept in `booting`)
+    spent: float = 0.0
+    booting: float = 0.0
 
     def start(self, fork: bool = False) -> None:
         """Start the child: a new `python -I`, or with `fork` a fork of this process, which
@@ -177,20 +206,23 @@ class Sandbox:
         self._fds = (to_child_w, from_child_r)
         self._hello = False
 
-    def _ready(self) -> None:
-        """Wait for the child's hello (it imports torch meanwhile), then replay the answers
-        a previous child had before it died."""
+    def _ready(self, left: float) -> float:
+        """Wait for the child's hello (it imports torch meanwhile; counted in `booting`), then
+        replay the answers a previous child had before it died, within `left` seconds. The
+        moment the replays must end by."""
         if self._hello:
-            return
-        self._request_raw(b"", deadline=time.monotonic() + 180)
+            return time.monotonic() + left
+        begun = time.monotonic()
+        self._request_raw(b"", deadline=begun + 180)
+        self.booting += time.monotonic() - begun
         self._hello = True
-        for message in self._replay:
-            try:
-                self._request_raw(message, time.monotonic() + self.limits.timeout_s)
-            except SandboxDied:
-                pass
+        deadline = time.monotonic() + left
+        for message in self._replay:       # each ran before: a death here ends the request
+            self._request_raw(message, min(deadline, time.monotonic() + self.limits.timeout_s))
+        return deadline
 
-    def _request_raw(self, payload: bytes, deadline: float) -> Any:
+    def _request_raw(self, payload: bytes, deadline: float, track: bool = False) -> Any:
+        """One request and its reply; `track` keeps the cell's progress frames."""
         from . import wire
 
         write_fd, read_fd = self._fds
@@ -201,16 +233,21 @@ class Sandbox:
                 note = self._death_note()
                 self.kill()
                 raise SandboxDied(note)
-        try:
-            reply = read_frame(read_fd, deadline)
-        except TimedOut:
-            self.kill()
-            raise
-        except SandboxDied:
-            note = self._death_note()         # before kill(), which forgets the process
-            self.kill()
-            raise SandboxDied(note)
-        return wire.loads(reply)
+        while True:
+            try:
+                reply = wire.loads(read_frame(read_fd, deadline))
+            except TimedOut:
+                self.kill()
+                raise
+            except SandboxDied:
+                note = self._death_note()         # before kill(), which forgets the process
+                self.kill()
+                raise SandboxDied(note)
+            if isinstance(reply, dict) and set(reply) == {"progress"}:
+                if track:
+                    self.progress = reply["progress"]
+                continue
+            return reply
 
     def _death_note(self) -> str:
         """Why the child went away: its signal or exit status (its channel closes a moment
@@ -230,13 +267,25 @@ class Sandbox:
             return f"the sandbox died of {name}{why}"
         return f"the sandbox exited with status {code}"
 
-    def request(self, message: tuple, replay: bool = False) -> Any:
-        """Send one request; the reply is plain data. `replay` keeps it for restarts."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-        self._ready()
-        payload = dumps_for_child(message)
-        reply = self._request_raw(payload, time.monotonic() + self.limits.timeout_s)
+    def request(self, message: tuple, replay: bool = False, timeout: float | None = None,
+                budget: float | None = None) -> Any:
+        """Send one request; the reply is plain data. `replay` keeps it for restarts.
+        `timeout` (at most the limit's) bounds the request itself; `budget` bounds it with
+        the restart and replay it may need first (TimedOut past either)."""
+        start, booted = time.monotonic(), self.booting
+        left = budget if budget is not None else float("inf")
+        wait = self.limits.timeout_s if timeout is None else min(timeout, self.limits.timeout_s)
+        self.progress = None
+        try:
+            if left <= 0:
+                raise TimedOut("no time left")
+            if self.proc is None or self.proc.poll() is not None:
+                self.start()
+            end = self._ready(left)
+            payload = dumps_for_child(message)
+            reply = self._request_raw(payload, min(end, time.monotonic() + wait), track=True)
+        finally:
+            self.spent += time.monotonic() - start - (self.booting - booted)
         if replay:
             self._replay.append(payload)
         return reply

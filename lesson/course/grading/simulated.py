@@ -245,6 +245,67 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
+def _solution_cell(assignment: str, cell: str) -> str:
+    """An answer cell of the instructor's solution (the simulated class edits them)."""
+    from lesson.course.learner.catalog import load_exercises
+
+    exercise = next(e for e in load_exercises() if e.name == assignment)
+    nb = json.loads(exercise.solution(Path(__file__).resolve().parents[3]).read_text())
+    return next("".join(c["source"]) for c in nb["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == cell)
+
+
+#: What an honest class gets wrong without tampering: (student, assignment) -> (the notebook
+#: edited, "solution" or "release"; {answer cell id: new source}). A kernel (nbgrader's own
+#: Execute) and the clean room must grade each one the same, cell by cell.
+FAULTS: dict[tuple[str, str], tuple[str, dict[str, str]]] = {
+    ("blank", "ex5_gradient_check"): ("release", {}),           # handed in untouched
+    ("partial", "ex5_gradient_check"): ("release", {             # the first part done
+        "numerical_gradient": _solution_cell("ex5_gradient_check", "numerical_gradient")}),
+    ("syntax", "ex5_gradient_check"): ("solution", {             # a missing colon
+        "locate_bad_parameter": _solution_cell("ex5_gradient_check", "locate_bad_parameter")
+        .replace("in model.named_parameters():", "in model.named_parameters()")}),
+    ("indent", "ex1_exploding_gradients"): ("solution", {        # a body out of line
+        "exploding_steps": "def exploding_steps(history, threshold):\n"
+                           "    steps = [r['step'] for r in history\n"
+                           "             if total_grad_norm(r) > threshold]\n"
+                           "      return steps\n"}),
+    ("raiser", "ex5_gradient_check"): ("solution", {             # raises from its line 5
+        "locate_bad_parameter": "def locate_bad_parameter(model, loss_fn, x, y, tol=1e-6):\n"
+                                "    if tol <= 0:\n"
+                                "        raise ValueError('tol must be positive')\n"
+                                "    named = dict(model.named_parameters())\n"
+                                "    raise KeyError(f'not done yet: {sorted(named)[0]}')\n"}),
+    ("toploop", "ex5_gradient_check"): ("solution", {            # right, then never ends
+        "numerical_gradient": _solution_cell("ex5_gradient_check", "numerical_gradient")
+        + "\n\nimport time\n\nwhile True:          # 'keep the kernel busy'\n"
+          "    time.sleep(0.1)\n"}),
+    ("looper", "ex1_exploding_gradients"): ("solution", {        # loops for an empty history
+        "suggest_clip_value":
+            "import time\n\n"
+            "def suggest_clip_value(history, percentile=10.0):\n"
+            "    while not history:          # 'wait until there are records': never returns\n"
+            "        time.sleep(0.05)\n"
+            "    norms = [n for n in map(total_grad_norm, history) if math.isfinite(n)]\n"
+            "    if not norms:\n"
+            "        raise ValueError('no finite norm')\n"
+            "    return float(np.percentile(norms, percentile))\n"}),
+    ("editor", "ex1_exploding_gradients"): ("solution", {        # a test made to pass
+        "test_exploding_steps": "print('all tests pass')\n",
+        "exploding_steps": "def exploding_steps(history, threshold):\n    return []\n"}),
+}
+#: a submission that is not a notebook at all: it cannot be graded, in either path
+GARBLED = ("garbled", "ex5_gradient_check", "{this is not json")
+#: nbgrader's own Execute (the student's kernel) in place of the clean room, for comparing
+KERNEL_EXECUTE = """
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+"""
+
+
 #: the two clinic cases the class answers, under their clinic labels (case1_8, case1_3)
 MISSING_ZERO_GRAD = find_clinic_case("missing_zero_grad").ident
 DEAD_RELU = find_clinic_case("dead_relu").ident
@@ -280,11 +341,11 @@ def _edit(path: Path, replacements: dict[str, str], target: Path, root: Path) ->
 
 
 def submissions(solutions: Path, root: Path, drafts: Path, models: list[str] = ("model",),
-                ) -> dict[tuple[str, str], Path]:
+                faults: bool = False) -> dict[tuple[str, str], Path]:
     """(student, assignment) -> notebook for the whole class: the model students hand in the
     solutions, the others their edits of them; in a clinic, all but the honest students edit the
     release instead (only the cases they answer are filled in: the others score nothing and
-    cost no training).
+    cost no training). `faults` adds FAULTS and GARBLED.
     `root` is the course folder being graded."""
     out: dict[tuple[str, str], Path] = {}
     for assignment, notebook in ASSIGNMENTS.items():
@@ -300,4 +361,49 @@ def submissions(solutions: Path, root: Path, drafts: Path, models: list[str] = (
         out[(student, assignment)] = _edit(base / assignment / f"{notebook}.ipynb", cells,
                                            drafts / student / assignment / f"{notebook}.ipynb",
                                            root)
+    if faults:
+        for (student, assignment), (base, cells) in FAULTS.items():
+            notebook = ASSIGNMENTS[assignment]
+            folder = release if base == "release" else solutions
+            out[(student, assignment)] = _edit(
+                folder / assignment / f"{notebook}.ipynb", cells,
+                drafts / student / assignment / f"{notebook}.ipynb", root)
+        student, assignment, text = GARBLED
+        target = drafts / student / assignment / f"{ASSIGNMENTS[assignment]}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        out[(student, assignment)] = target
     return out
+
+
+def honest(student: str) -> bool:
+    """Whether a simulated student's work is honest (tampering students are not): a kernel
+    and the clean room must grade it the same."""
+    return student not in {who for who, _, _ in TAMPERING.values()} and student != GARBLED[0]
+
+
+#: one hundred students' worth of a class that hands in ex1 or ex5: mostly right, some
+#: honest alternatives and wrong answers, the faults above, each tampering technique of these
+#: two assignments once, and a notebook that is not one. (who, assignment, copies)
+MIX: list[tuple[str, str, int]] = [
+    ("model", "ex5_gradient_check", 28), ("model", "ex1_exploding_gradients", 27),
+    ("honest", "ex1_exploding_gradients", 8), ("wrong", "ex1_exploding_gradients", 8),
+    ("partial", "ex5_gradient_check", 5), ("blank", "ex5_gradient_check", 4),
+    ("syntax", "ex5_gradient_check", 3), ("indent", "ex1_exploding_gradients", 3),
+    ("raiser", "ex5_gradient_check", 3), ("editor", "ex1_exploding_gradients", 1),
+    ("toploop", "ex5_gradient_check", 1), ("looper", "ex1_exploding_gradients", 1),
+    ("garbled", "ex5_gradient_check", 1),
+] + [(who, a, 1) for who, a, _ in TAMPERING.values() if a != "clinic1_not_learning"]
+
+
+def class_of(n: int, solutions: Path, root: Path, drafts: Path) -> dict[tuple[str, str], Path]:
+    """A class of `n` students (`s001`, ...), each handing in one notebook of MIX, in MIX's
+    proportions; (student, assignment) -> notebook."""
+    kinds = submissions(solutions, root, drafts, faults=True)
+    cycle = [(who, assignment) for who, assignment, copies in MIX for _ in range(copies)]
+    assert len(cycle) == 100, len(cycle)
+    # spread each kind over the class rather than in runs of one kind
+    order = sorted(range(100), key=lambda i: (i * 37) % 100)
+    width = len(str(n))
+    return {(f"s{i + 1:0{width}d}", cycle[order[i % 100]][1]): kinds[cycle[order[i % 100]]]
+            for i in range(n)}

@@ -52,6 +52,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def mapped_mb() -> float:
+    """This process's address space in MB (VmSize, what RLIMIT_AS counts), 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 # -- inside the zygote -----------------------------------------------------------------------
 
 def serve(fd_in: int, fd_out: int) -> None:
@@ -78,7 +90,7 @@ def serve(fd_in: int, fd_out: int) -> None:
     def send(message: dict) -> None:
         os.write(fd_out, frame(json.dumps(message).encode()))
 
-    send({"ready": True, "pid": os.getpid()})
+    send({"ready": True, "pid": os.getpid(), "mapped_mb": mapped_mb()})
     import select
 
     while True:
@@ -160,6 +172,19 @@ class Zygote:
         os.close(from_w)
         self._ready = False
         self._next = 0
+        self.mapped_mb = 0.0        # the zygote's address space once it has imported all
+
+    def ready(self) -> None:
+        """Wait until the zygote has imported everything (ZygoteGone if it cannot)."""
+        if self._ready:
+            return
+        try:
+            hello = self._read(time.monotonic() + STARTUP_S)
+        except TimedOut:
+            self.close()
+            raise ZygoteGone("the zygote did not start in time") from None
+        self.mapped_mb = float(hello.get("mapped_mb", 0.0))
+        self._ready = True
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -177,13 +202,7 @@ class Zygote:
             ) -> int | None:
         """Fork a child that runs `target(**kwargs)` in `cwd` (stdout and stderr to `log`);
         its exit code, or None past `timeout` seconds (its process group is then killed)."""
-        if not self._ready:
-            try:
-                self._read(time.monotonic() + STARTUP_S)
-            except TimedOut:
-                self.close()
-                raise ZygoteGone("the zygote did not start in time") from None
-            self._ready = True
+        self.ready()
         self._next += 1
         request = {"id": self._next, "target": target, "kwargs": kwargs, "cwd": str(cwd),
                    "log": str(log)}
@@ -238,13 +257,15 @@ def zygote() -> Iterator[Zygote]:
                 _POOL.append(z)
 
 
-def prewarm() -> None:
+def prewarm() -> float:
     """Start a zygote now, so it has imported torch by the time the first notebook comes
-    (`nndebug grade` calls this on every Dask worker)."""
-    if ENABLED:
-        with _LOCK:
-            if not _POOL:
-                _POOL.append(Zygote())
+    (`nndebug grade` calls this on every Dask worker); its address space in MB, which every
+    sandbox forked from it starts with (0 where there is no zygote)."""
+    if not ENABLED:
+        return 0.0
+    with zygote() as z:
+        z.ready()
+        return z.mapped_mb
 
 
 @atexit.register

@@ -78,13 +78,15 @@ def autograde_each(roots: list[Path], jobs: int = 2, *extra: str) -> None:
             future.result()
 
 
-def export_grades(root: Path) -> dict[tuple[str, str], tuple[float, float]]:
-    """`nbgrader export`: (student, assignment) -> (score, max_score)."""
+def export_grades(root: Path) -> dict[tuple[str, str], tuple[float | None, float]]:
+    """`nbgrader export`: (student, assignment) -> (score, max_score); the score is None
+    where the course's export leaves it empty (a submission that could not be graded)."""
     out = root / "grades.csv"
     nbgrader(root, "export", "--to", str(out))
     with out.open(newline="") as f:
-        return {(row["student_id"], row["assignment"]): (float(row["score"]),
-                                                         float(row["max_score"]))
+        return {(row["student_id"], row["assignment"]): (
+                    float(row["score"]) if row["score"] != "" else None,
+                    float(row["max_score"]))
                 for row in csv.DictReader(f)}
 
 
