@@ -4,13 +4,14 @@ A case is one page of the catalogue: a module under `broken_models/<family>/<nam
 a broken training script, the same script with the bug fixed, and a few lines of metadata:
 
     TITLE, SYMPTOM, EXPECTED, CAUSES, CONSEQUENCES, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+    SYMPTOM_CHECK, TARGET_CHECK       # the symptom and the target as bounds on the metrics
 
 EXPECTED are the codes the tool must report on the broken script. CAUSES are the codes that name
 the bug itself (any of them is a right diagnosis); CONSEQUENCES the codes the bug also produces
 downstream (a blow-up seen as LR_TOO_HIGH, say): they are explained, not wrong findings, but
-naming one as the diagnosis names a consequence, not the cause.
-    symptom_seen(metrics) -> bool     # is the symptom a user would notice there?
-    target_reached(metrics) -> bool   # did the run learn what it should?
+naming one as the diagnosis names a consequence, not the cause. SYMPTOM_CHECK (is the symptom a
+user would notice there?) and TARGET_CHECK (did the run learn what it should?) are
+`broken_models.checks` bounds: each says whether a run meets it and by what margin.
     train_broken(seed) -> Outcome     # the buggy script
     train_fixed(seed) -> Outcome      # the same script, with only the bug changed
 
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from broken_models.checks import Check, safe_margin
 from lesson.findings import CODES, TOOLS, Finding, sort_findings
 
 #: family (the sub-package name) -> the symptom a user reports, in teaching order
@@ -56,7 +59,7 @@ LESSON_SECTIONS: tuple[str, ...] = (
 
 #: the module-level fields of a case page: its card, never part of the script itself
 PAGE_FIELDS = frozenset({"TITLE", "SYMPTOM", "EXPECTED", "CAUSES", "CONSEQUENCES", "TOOL", "LESSON",
-                         "FIX", "TARGET", "REFERENCE"})
+                         "FIX", "TARGET", "REFERENCE", "SYMPTOM_CHECK", "TARGET_CHECK"})
 
 
 @dataclass
@@ -101,6 +104,8 @@ class Run:
     seconds: float
     debugger: Any = field(default=None, repr=False)
     report: Any = field(default=None, repr=False)
+    symptom_margin: float = math.nan   # how far past its threshold the symptom check is
+    target_margin: float = math.nan    # (positive: it holds; the check's own units)
 
     @property
     def codes(self) -> list[str]:
@@ -165,8 +170,8 @@ class Case:
     target: str
     train_broken: TrainFn = field(repr=False)
     train_fixed: TrainFn = field(repr=False)
-    symptom_check: Callable[[dict[str, Any]], bool] = field(repr=False)
-    target_check: Callable[[dict[str, Any]], bool] = field(repr=False)
+    symptom_check: Check = field(repr=False)
+    target_check: Check = field(repr=False)
     reference: str | None = None
     module: str = ""
 
@@ -186,6 +191,10 @@ class Case:
             raise ValueError(f"{self.name}: CAUSES must be non-empty and apart from CONSEQUENCES")
         if not set(self.expected) <= set(self.causes) | set(self.consequences):
             raise ValueError(f"{self.name}: every EXPECTED code is a cause or a consequence")
+        for which in ("symptom_check", "target_check"):
+            if not isinstance(getattr(self, which), Check):
+                raise TypeError(f"{self.name}: {which} must be a broken_models.checks.Check, "
+                                f"got {type(getattr(self, which)).__name__}")
 
     @property
     def secondary(self) -> tuple[str, ...]:
@@ -202,7 +211,8 @@ class Case:
             consequences=tuple(module.CONSEQUENCES),
             tool=module.TOOL, lesson=module.LESSON, fix=module.FIX, target=module.TARGET,
             train_broken=module.train_broken, train_fixed=module.train_fixed,
-            symptom_check=module.symptom_seen, target_check=module.target_reached,
+            symptom_check=_page_check(module, "SYMPTOM_CHECK", "symptom_seen"),
+            target_check=_page_check(module, "TARGET_CHECK", "target_reached"),
             reference=getattr(module, "REFERENCE", None), module=module.__name__,
         )
 
@@ -241,6 +251,8 @@ class Case:
             target_reached=_safe(self.target_check, metrics),
             expected=self.expected, secondary=self.secondary, seconds=seconds,
             debugger=outcome.debugger, report=outcome.report,
+            symptom_margin=safe_margin(self.symptom_check, metrics),
+            target_margin=safe_margin(self.target_check, metrics),
         )
 
     # -- reading -------------------------------------------------------------------------------
@@ -258,6 +270,37 @@ class Case:
         return "".join(difflib.unified_diff(
             broken.splitlines(keepends=True), fixed.splitlines(keepends=True),
             fromfile=f"{self.name} (broken)", tofile=f"{self.name} (fixed)"))
+
+
+def _page_check(module: ModuleType, field_name: str, legacy: str) -> Check:
+    """The page's measurable check; a page written before checks had margins (a yes/no function
+    `symptom_seen(metrics)`) still loads, its check without a margin."""
+    check = getattr(module, field_name, None)
+    if check is not None:
+        return check
+    fn = getattr(module, legacy, None)
+    if not callable(fn):
+        raise AttributeError(f"{module.__name__}: declare {field_name} (see broken_models.checks)")
+    return YesNo(fn)
+
+
+@dataclass(frozen=True)
+class YesNo(Check):
+    """A check given as a yes/no function of the metrics: it has no margin (nan)."""
+
+    fn: Callable[[dict[str, Any]], bool]
+
+    def holds(self, metrics: dict[str, Any]) -> bool:
+        return bool(self.fn(metrics))
+
+    def margin(self, metrics: dict[str, Any]) -> float:
+        return math.nan
+
+    def describe(self) -> str:
+        return getattr(self.fn, "__name__", "a yes/no check")
+
+    def values(self, metrics: dict[str, Any]) -> str:
+        return f"{self.describe()}: {self.holds(metrics)}"
 
 
 def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> bool:
