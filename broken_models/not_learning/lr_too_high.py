@@ -28,7 +28,7 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Use a learning rate that suits AdamW, 3e-3 (the LR finder's range), not SGD's 0.1."
 TARGET = "validation accuracy >= 0.9"
-SYMPTOM_CHECK = above(tail_mean("losses", 10), 0.85)
+SYMPTOM_CHECK = above(tail_mean("losses", 10), 0.85, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
