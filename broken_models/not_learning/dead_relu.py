@@ -24,7 +24,7 @@ SYMPTOM = ("The loss starts at 2.303 and its last ten values average 2.30 (ln 10
            "moves; accuracy stays near 10%.")
 EXPECTED = ("DEAD_NEURONS",)
 CAUSES = ("DEAD_NEURONS",)
-CONSEQUENCES = ()
+CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # the layers after the dead ones output constants
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not decrease"
 FIX = "Initialise the biases at 0, not -0.5: with weights this small nothing reaches above it."

@@ -1,13 +1,12 @@
-"""A 14-layer ReLU net initialised from a normal law with the uniform law's bound as its std.
+"""A 10-layer ReLU net initialised from a normal law with the uniform law's bound as its std.
 
 Kaiming's uniform initialisation for a ReLU layer draws from U(-b, b) with b = sqrt(6 / fan_in),
 whose standard deviation is b / sqrt(3) = sqrt(2 / fan_in): the scale that keeps the signal's
 variance from layer to layer. The helper below computes that bound and then draws from a
 *normal* law with the bound as its standard deviation, sqrt(3) times too large. Each layer then
-triples the variance of its input: after 14 layers the logits are some 2,000 times too large,
+triples the variance of its input: after 10 layers the logits are some 250 times too large,
 forward and backward alike. The first loss is in the hundreds, the gradients are huge, and the
-run that follows memorises its training set without learning anything that carries to new
-data. The formula looks like Kaiming's; the activation statistics and the gradient norms say
+first SGD steps throw the weights so far that the loss turns to NaN. The formula looks like Kaiming's; the activation statistics and the gradient norms say
 what it does.
 """
 from __future__ import annotations
@@ -21,9 +20,9 @@ from broken_models.case import Outcome
 from broken_models.checks import at_least, below, metric
 from broken_models.datasets import blobs, mlp, scores
 
-TITLE = "A 14-layer ReLU net drawn from a normal law with a uniform bound as std"
-SYMPTOM = ("The first loss is in the hundreds (a fresh 4-class model starts near 1.4); the "
-           "training accuracy ends above 90% while validation accuracy stays near 60%.")
+TITLE = "A 10-layer ReLU net drawn from a normal law with a uniform bound as std"
+SYMPTOM = ("The first loss is in the hundreds or thousands (a fresh 4-class model starts near "
+           "1.4), and within a few steps the loss prints nan; accuracy ends near 25%.")
 EXPECTED = ("EXPLODING_GRADIENT",)
 CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
@@ -44,7 +43,7 @@ def he_bound(layer: nn.Linear) -> float:
 def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
-    config = {"width": 32, "depth": 14, "lr": 0.01, "steps": 100}
+    config = {"width": 32, "depth": 10, "lr": 0.01, "steps": 100}
     torch.manual_seed(seed)
     data = blobs(seed, n_train=1024, features=16, classes=4, spread=1.5)
     model = mlp([16] + [config["width"]] * config["depth"] + [4])
@@ -67,7 +66,7 @@ def train_broken(seed: int) -> Outcome:
 def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
-    config = {"width": 32, "depth": 14, "lr": 0.01, "steps": 100}
+    config = {"width": 32, "depth": 10, "lr": 0.01, "steps": 100}
     torch.manual_seed(seed)
     data = blobs(seed, n_train=1024, features=16, classes=4, spread=1.5)
     model = mlp([16] + [config["width"]] * config["depth"] + [4])
