@@ -374,6 +374,13 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     for i, j in explainer.items():
         plain[i].explained_by = plain[j].code
         plain[j].explains = tuple(dict.fromkeys((*plain[j].explains, plain[i].code)))
+    # A consequence cannot come before its cause: a cause whose rule needed more records to
+    # decide (a vanishing gradient judged at step 50) was there when its consequence was seen
+    # (collapsed activations at step 8), so it is dated from then, deepest links first.
+    for i in sorted(explainer, key=lambda k: -depth.get(k, 0)):
+        cause, seen = plain[explainer[i]], plain[i].step
+        if cause.step is not None and seen is not None and seen < cause.step:
+            cause.step = seen
     ranked = sorted(range(len(plain)), key=lambda i: (depth.get(i, 0), -plain[i].severity,
                                                        order[plain[i].code]))
     return [plain[i] for i in ranked]

@@ -207,6 +207,16 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _change(ratio: float) -> str:
+    """A ratio of a new value to an old one in words that say which way it went: "grew 3.2x",
+    "shrank 5.3x" (not "grew 0.19x"), "stayed the same"."""
+    if not _finite(ratio) or ratio <= 0:
+        return f"changed {ratio:.2g}x"
+    if abs(ratio - 1) < 0.005:
+        return "stayed the same"
+    return f"grew {ratio:.2g}x" if ratio > 1 else f"shrank {1 / ratio:.2g}x"
+
+
 def _sig(x: float) -> float:
     """Round to two significant digits (evidence and suggestions read better)."""
     return float(f"{x:.2g}") if _finite(x) and x != 0 else x
@@ -252,6 +262,21 @@ def loss_verdict(losses: list[float], th: Thresholds = Thresholds(),
                 and net < 0.5 and progress < th.oscillation_progress:
             return "OSCILLATING"
     return "HEALTHY"
+
+
+def tail_trend(losses: list[float], n: int = 5) -> str:
+    """Which way the last `n` losses go, in words: "falls", "rises", "is flat" (within 1% of
+    its level: five equal losses are flat, whatever the verdict on the whole curve) or, with
+    NaN/Inf or fewer than 4 losses, "cannot be read"."""
+    tail = losses[-n:]
+    if len(tail) < 4 or not all(math.isfinite(v) for v in tail):
+        return "cannot be read"
+    half = len(tail) // 2
+    before, after = _mean(tail[:half]), _mean(tail[-half:])
+    level = max(abs(before), abs(after), 1e-12)
+    if abs(after - before) <= 0.01 * level:
+        return "is flat"
+    return "falls" if after < before else "rises"
 
 
 # -- helpers over records ------------------------------------------------------------------------
@@ -487,7 +512,7 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
     if exploding:
         name, rms, growth = exploding[0]
         out.append(Finding("EXPLODING_ACTIVATIONS",
-                           f"activation rms {rms:.2g} (grew {growth:.2g}x since the first record)",
+                           f"activation rms {rms:.2g} ({_change(growth)} since the first record)",
                            layer=name,
                            evidence={"rms": _sig(rms), "growth": _sig(growth),
                                      "layers": [n for n, _, _ in exploding]},
