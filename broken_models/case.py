@@ -5,6 +5,8 @@ a broken training script, the same script with the bug fixed, and a few lines of
 
     TITLE, SYMPTOM, EXPECTED, CAUSES, CONSEQUENCES, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
 
+LESSON is the exact heading of the lesson's section the case illustrates (lesson/README.md).
+
 EXPECTED are the codes the tool must report on the broken script. CAUSES are the codes that name
 the bug itself (any of them is a right diagnosis); CONSEQUENCES the codes the bug also produces
 downstream (a blow-up seen as LR_TOO_HIGH, say): they are explained, not wrong findings, but
@@ -30,6 +32,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from lesson.findings import CODES, TOOLS, Finding, sort_findings
+from lesson.sections import sections
 
 #: family (the sub-package name) -> the symptom a user reports, in teaching order
 FAMILIES: dict[str, str] = {
@@ -40,23 +43,41 @@ FAMILIES: dict[str, str] = {
     "backward": "Bugs in the backward pass",
 }
 
-#: The lesson's sections a case can illustrate (Phase 03, Lesson 13, in English).
-LESSON_SECTIONS: tuple[str, ...] = (
-    "Symptom 1: the loss does not decrease",
-    "Symptom 2: the loss decreases but the model is bad",
-    "Symptom 3: NaN or Inf in the loss",
-    "Technique 1: gradient checking",
-    "Technique 2: activation statistics",
-    "Technique 3: gradient flow",
-    "Technique 4: overfit one batch",
-    "Technique 5: the learning-rate finder",
-    "Common PyTorch bugs",
-)
+#: the kinds of set-up change a repair can make (the clinics' repair judgement names them);
+#: a case page's REAL_FIXES lists those that fix its bug although its own fix does not make
+#: them (weight decay for overfitting). Each with what it does when the cause is elsewhere.
+SETUP_CHANGES: dict[str, str] = {
+    "lr_lowered": "a lower learning rate slows the run down until the symptom does not show "
+                  "within it",
+    "lr_raised": "a higher learning rate can push the run past a symptom",
+    "fewer_steps": "fewer steps end the run before the symptom shows",
+    "more_steps": "more steps can outlast a symptom",
+    "clipping": "clipping caps the gradient the bug produces",
+    "weight_decay": "weight decay pulls back the weights the bug inflates",
+    "optimizer_swapped": "another optimizer can step around a symptom",
+    "optimizer_setting": "another optimizer setting can step around a symptom",
+    "smaller_model": "a smaller model gives the bug less room to show",
+    "larger_model": "a larger model can absorb a symptom",
+    "seed": "another seed only draws a luckier start",
+    "dropout": "dropout adds noise that can mask a symptom",
+    "normalisation": "normalisation rescales what the bug distorts",
+    "activation": "another activation can route around a symptom",
+}
 
+#: metric keys in words, for the target's report ("validation accuracy 0.78")
+METRIC_WORDS: dict[str, str] = {
+    "val_accuracy": "validation accuracy", "train_accuracy": "training accuracy",
+    "final_loss": "final training loss", "first_loss": "first training loss",
+    "val_mse": "validation mean squared error", "losses": "training losses",
+    "rare_recall": "recall of the rare class", "balanced_accuracy": "balanced accuracy",
+    "clean_val_accuracy": "accuracy on rows never trained on",
+    "val_answers_changed": "validation answers that changed between evaluations",
+    "frozen_change": "change of the frozen layer", "val_losses": "validation losses",
+}
 
 #: the module-level fields of a case page: its card, never part of the script itself
 PAGE_FIELDS = frozenset({"TITLE", "SYMPTOM", "EXPECTED", "CAUSES", "CONSEQUENCES", "TOOL", "LESSON",
-                         "FIX", "TARGET", "REFERENCE"})
+                         "FIX", "TARGET", "REFERENCE", "REAL_FIXES", "EVIDENCE", "CHANGE"})
 
 
 @dataclass
@@ -169,14 +190,21 @@ class Case:
     target_check: Callable[[dict[str, Any]], bool] = field(repr=False)
     reference: str | None = None
     module: str = ""
+    #: set-up changes (SETUP_CHANGES) that are real fixes of this bug too
+    real_fixes: tuple[str, ...] = ()
+    #: hint 2: which output of the tool to read, and what to look for in it
+    evidence: str = ""
+    #: hint 3: the kind of change the fix needs, never its value
+    change: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"{self.name}: unknown family {self.family!r}")
         if self.tool not in TOOLS:
             raise ValueError(f"{self.name}: unknown tool {self.tool!r}; known: {', '.join(TOOLS)}")
-        if self.lesson not in LESSON_SECTIONS:
-            raise ValueError(f"{self.name}: unknown lesson section {self.lesson!r}")
+        if self.lesson not in sections():
+            raise ValueError(f"{self.name}: LESSON {self.lesson!r} is not a heading of the "
+                             f"lesson (lesson/README.md); its headings: {', '.join(sections())}")
         if not self.expected:
             raise ValueError(f"{self.name}: a case must expect at least one code")
         for code in (*self.expected, *self.causes, *self.consequences):
@@ -186,6 +214,10 @@ class Case:
             raise ValueError(f"{self.name}: CAUSES must be non-empty and apart from CONSEQUENCES")
         if not set(self.expected) <= set(self.causes) | set(self.consequences):
             raise ValueError(f"{self.name}: every EXPECTED code is a cause or a consequence")
+        unknown = [k for k in self.real_fixes if k not in SETUP_CHANGES]
+        if unknown:
+            raise ValueError(f"{self.name}: REAL_FIXES {unknown} are not kinds of set-up change; "
+                             f"known: {', '.join(SETUP_CHANGES)}")
 
     @property
     def secondary(self) -> tuple[str, ...]:
@@ -204,6 +236,8 @@ class Case:
             train_broken=module.train_broken, train_fixed=module.train_fixed,
             symptom_check=module.symptom_seen, target_check=module.target_reached,
             reference=getattr(module, "REFERENCE", None), module=module.__name__,
+            real_fixes=tuple(getattr(module, "REAL_FIXES", ())),
+            evidence=getattr(module, "EVIDENCE", ""), change=getattr(module, "CHANGE", ""),
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -243,6 +277,15 @@ class Case:
             debugger=outcome.debugger, report=outcome.report,
         )
 
+    def target_report(self, metrics: dict[str, Any]) -> str:
+        """The target and the values this run reached on the metrics it reads, in words:
+        "missed: validation accuracy 0.778 (the target: validation accuracy >= 0.85)"."""
+        read = _Reading(metrics)
+        reached = _safe(self.target_check, read)
+        shown = "; ".join(f"{METRIC_WORDS.get(k, k)} {_shown(metrics.get(k))}" for k in read.keys_read)
+        return (f"{'reached' if reached else 'missed'}: {shown or 'no metric read'} "
+                f"(the target: {self.target})")
+
     # -- reading -------------------------------------------------------------------------------
     def source(self, which: str = "broken") -> str:
         """The source of the broken or the fixed training function."""
@@ -258,6 +301,32 @@ class Case:
         return "".join(difflib.unified_diff(
             broken.splitlines(keepends=True), fixed.splitlines(keepends=True),
             fromfile=f"{self.name} (broken)", tofile=f"{self.name} (fixed)"))
+
+
+class _Reading(dict):
+    """The metrics, remembering which keys a check reads (in the order it reads them)."""
+
+    def __init__(self, metrics: dict[str, Any]) -> None:
+        super().__init__(metrics)
+        self.keys_read: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys_read:
+            self.keys_read.append(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+def _shown(value: Any) -> str:
+    """A metric as a student reads it: 3 significant digits; a curve by its last values."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        tail = ", ".join(_shown(v) for v in list(value)[-3:])
+        return f"[... {tail}] (last {min(3, len(value))} of {len(value)})" if value else "[]"
+    return "missing" if value is None else str(value)
 
 
 def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> bool:

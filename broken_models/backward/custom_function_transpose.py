@@ -21,7 +21,7 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "Return grad_output.T @ x (shape out x in) as the weight's gradient, not x.T @ grad_output."
 TARGET = "validation accuracy >= 0.9"
 

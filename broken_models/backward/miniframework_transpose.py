@@ -18,7 +18,7 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "In Linear.backward, the weight's gradient is grad_out.T @ x (out x in); drop the transpose."
 TARGET = "validation accuracy >= 0.9"
 

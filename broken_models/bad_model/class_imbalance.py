@@ -19,7 +19,7 @@ EXPECTED = ("CLASS_IMBALANCE",)
 CAUSES = ("CLASS_IMBALANCE",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Re-balance the training set (here: repeat the rare class 20 times) or weight the loss."
 TARGET = "recall of the rare class >= 0.75 and balanced accuracy >= 0.8"
 

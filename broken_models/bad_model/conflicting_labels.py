@@ -20,7 +20,7 @@ EXPECTED = ("CONFLICTING_LABELS",)
 CAUSES = ("CONFLICTING_LABELS",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Resolve disagreements before merging label passes: keep only the labels both agree on."
 TARGET = "training accuracy >= 0.99 and validation accuracy >= 0.9"
 

@@ -20,7 +20,7 @@ EXPECTED = ("LABEL_NOISE",)
 CAUSES = ("LABEL_NOISE",)
 CONSEQUENCES = ()
 TOOL = "label_issues"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Find the flagged samples with find_label_issues and relabel them (here: use the true labels)."
 TARGET = "validation accuracy >= 0.9"
 

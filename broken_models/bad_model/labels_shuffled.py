@@ -20,7 +20,7 @@ EXPECTED = ("LABELS_SHUFFLED",)
 CAUSES = ("LABELS_SHUFFLED",)
 CONSEQUENCES = ()
 TOOL = "label_issues"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Shuffle inputs and labels with one permutation: x[order], y[order]."
 TARGET = "validation accuracy >= 0.9"
 

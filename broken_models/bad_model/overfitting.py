@@ -20,9 +20,10 @@ EXPECTED = ("OVERFITTING",)
 CAUSES = ("OVERFITTING",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Train on more data (here 1000 images instead of 50); add weight decay or stop early."
 TARGET = "validation accuracy >= 0.9"
+REAL_FIXES = ("fewer_steps", "weight_decay", "dropout")  # stopping early and regularising fix it too
 
 
 def symptom_seen(m: dict) -> bool:

@@ -20,7 +20,7 @@ EXPECTED = ("UNSHUFFLED_BATCHES",)
 CAUSES = ("UNSHUFFLED_BATCHES",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Shuffle the training set every epoch (a new torch.randperm, or DataLoader(shuffle=True))."
 TARGET = "validation accuracy >= 0.9"
 

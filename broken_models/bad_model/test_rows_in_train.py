@@ -19,7 +19,7 @@ EXPECTED = ("DUPLICATES_ACROSS_SPLITS",)
 CAUSES = ("DUPLICATES_ACROSS_SPLITS",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Split first, then de-duplicate across splits: never train on a test row."
 TARGET = "an honest test score: accuracy on rows never trained on, equal to the reported one, >= 0.9"
 

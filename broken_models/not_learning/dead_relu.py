@@ -20,7 +20,7 @@ EXPECTED = ("DEAD_NEURONS",)
 CAUSES = ("DEAD_NEURONS", "SYMMETRIC_WEIGHTS")  # a constant init is also symmetric: both are true
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Drop the hand-made initialisation and keep PyTorch's default (Kaiming-uniform) init."
 TARGET = "validation accuracy >= 0.9"
 

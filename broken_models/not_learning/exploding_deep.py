@@ -19,7 +19,7 @@ EXPECTED = ("EXPLODING_GRADIENT",)
 CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise with Kaiming (std = sqrt(2 / fan_in)) instead of std 0.5, or add normalisation."
 TARGET = "validation accuracy >= 0.85"
 

@@ -26,7 +26,7 @@ EXPECTED = ("EXPLODING_GRADIENT",)
 CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise the recurrent weights orthogonally with gain 1 (not 2.5)."
 TARGET = "validation accuracy >= 0.9 and a median loss below 0.5 over the last 10 steps"
 

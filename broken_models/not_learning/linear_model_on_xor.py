@@ -19,7 +19,7 @@ EXPECTED = ("UNDERFITTING",)
 CAUSES = ("UNDERFITTING",)
 CONSEQUENCES = ()
 TOOL = "overfit"
-LESSON = "Technique 4: overfit one batch"
+LESSON = "4. Overfit one batch"
 FIX = "Add capacity: one hidden layer (2 -> 32 -> 2 with ReLU) is enough."
 TARGET = "validation accuracy >= 0.9"
 

@@ -21,7 +21,7 @@ EXPECTED = ("LR_TOO_HIGH",)
 CAUSES = ("LR_TOO_HIGH",)
 CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."
 TARGET = "validation accuracy >= 0.9"
 

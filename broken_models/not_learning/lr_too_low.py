@@ -18,7 +18,7 @@ EXPECTED = ("LR_TOO_LOW",)
 CAUSES = ("LR_TOO_LOW",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Raise the learning rate to 0.2; try values a factor of 10 apart before blaming anything else."
 TARGET = "validation accuracy >= 0.9"
 

@@ -20,7 +20,7 @@ EXPECTED = ("MISSING_ZERO_GRAD",)
 CAUSES = ("MISSING_ZERO_GRAD",)
 CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")  # the summed gradient grows without bound
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call optimizer.zero_grad() at the start of every step, before loss.backward()."
 TARGET = "validation accuracy >= 0.9"
 

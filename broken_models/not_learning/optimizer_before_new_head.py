@@ -21,7 +21,7 @@ EXPECTED = ("PARAMS_NOT_UPDATED",)
 CAUSES = ("PARAMS_NOT_UPDATED",)
 CONSEQUENCES = ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT")  # optimizer.zero_grad() never clears the new head
 TOOL = "monitor"
-LESSON = "Technique 4: overfit one batch"
+LESSON = "4. Overfit one batch"
 FIX = "Build the optimizer after the model is final (after replacing the head)."
 TARGET = "validation accuracy >= 0.9"
 

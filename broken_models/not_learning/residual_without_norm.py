@@ -20,7 +20,7 @@ EXPECTED = ("EXPLODING_ACTIVATIONS",)
 CAUSES = ("EXPLODING_ACTIVATIONS",)
 CONSEQUENCES = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the blow-up and what it leaves
 TOOL = "monitor"
-LESSON = "Technique 2: activation statistics"
+LESSON = "2. Activation statistics"
 FIX = "Normalise inside each block (pre-norm: x + f(LayerNorm(x)))."
 TARGET = "validation accuracy >= 0.85"
 

@@ -19,7 +19,7 @@ EXPECTED = ("LR_DECAYED",)
 CAUSES = ("LR_DECAYED",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call scheduler.step() once per epoch, after the batch loop."
 TARGET = "validation accuracy >= 0.9"
 

@@ -22,7 +22,7 @@ EXPECTED = ("UNNORMALIZED_INPUTS",)
 CAUSES = ("UNNORMALIZED_INPUTS",)
 CONSEQUENCES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH", "NAN_OR_INF", "DEAD_NEURONS")  # the blow-up and its aftermath
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Standardise the inputs ((x - mean) / std, with training-split statistics)."
 TARGET = "validation accuracy >= 0.9"
 

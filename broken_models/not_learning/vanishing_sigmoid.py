@@ -19,7 +19,7 @@ EXPECTED = ("VANISHING_GRADIENT",)
 CAUSES = ("VANISHING_GRADIENT",)
 CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # the deep layers' outputs no longer depend on the input
 TOOL = "monitor"
-LESSON = "Technique 3: gradient flow"
+LESSON = "3. Gradient flow"
 FIX = "Use ReLU with Kaiming initialisation (or add normalisation or residual connections)."
 TARGET = "validation accuracy >= 0.85"
 

@@ -20,7 +20,7 @@ EXPECTED = ("SYMMETRIC_WEIGHTS",)
 CAUSES = ("SYMMETRIC_WEIGHTS",)
 CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # identical units give identical (zero) outputs
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Keep PyTorch's random default initialisation (or Xavier for tanh); never a constant."
 TARGET = "validation accuracy >= 0.9"
 

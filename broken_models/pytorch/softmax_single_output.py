@@ -20,7 +20,7 @@ EXPECTED = ("COLLAPSED_ACTIVATIONS",)
 CAUSES = ("COLLAPSED_ACTIVATIONS",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Technique 2: activation statistics"
+LESSON = "2. Activation statistics"
 FIX = "Use nn.Sigmoid() on a single output unit (softmax needs at least two)."
 TARGET = "validation accuracy >= 0.95"
 
