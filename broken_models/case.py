@@ -4,15 +4,16 @@ A case is one page of the catalogue: a module under `broken_models/<family>/<nam
 a broken training script, the same script with the bug fixed, and a few lines of metadata:
 
     TITLE, SYMPTOM, EXPECTED, CAUSES, CONSEQUENCES, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+    SYMPTOM_CHECK, TARGET_CHECK       # the symptom and the target as bounds on the metrics
 
 LESSON is the exact heading of the lesson's section the case illustrates (lesson/README.md).
 
 EXPECTED are the codes the tool must report on the broken script. CAUSES are the codes that name
 the bug itself (any of them is a right diagnosis); CONSEQUENCES the codes the bug also produces
 downstream (a blow-up seen as LR_TOO_HIGH, say): they are explained, not wrong findings, but
-naming one as the diagnosis names a consequence, not the cause.
-    symptom_seen(metrics) -> bool     # is the symptom a user would notice there?
-    target_reached(metrics) -> bool   # did the run learn what it should?
+naming one as the diagnosis names a consequence, not the cause. SYMPTOM_CHECK (is the symptom a
+user would notice there?) and TARGET_CHECK (did the run learn what it should?) are
+`broken_models.checks` bounds: each says whether a run meets it and by what margin.
     train_broken(seed) -> Outcome     # the buggy script
     train_fixed(seed) -> Outcome      # the same script, with only the bug changed
 
@@ -25,12 +26,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from broken_models.checks import Check, safe_margin
 from lesson.findings import CODES, TOOLS, Finding, sort_findings
 from lesson.sections import sections
 
@@ -77,7 +81,8 @@ METRIC_WORDS: dict[str, str] = {
 
 #: the module-level fields of a case page: its card, never part of the script itself
 PAGE_FIELDS = frozenset({"TITLE", "SYMPTOM", "EXPECTED", "CAUSES", "CONSEQUENCES", "TOOL", "LESSON",
-                         "FIX", "TARGET", "REFERENCE", "REAL_FIXES", "EVIDENCE", "CHANGE"})
+                         "FIX", "TARGET", "REFERENCE", "SYMPTOM_CHECK", "TARGET_CHECK",
+                         "REAL_FIXES", "EVIDENCE", "CHANGE"})
 
 
 @dataclass
@@ -122,6 +127,8 @@ class Run:
     seconds: float
     debugger: Any = field(default=None, repr=False)
     report: Any = field(default=None, repr=False)
+    symptom_margin: float = math.nan   # how far past its threshold the symptom check is
+    target_margin: float = math.nan    # (positive: it holds; the check's own units)
 
     @property
     def codes(self) -> list[str]:
@@ -186,8 +193,8 @@ class Case:
     target: str
     train_broken: TrainFn = field(repr=False)
     train_fixed: TrainFn = field(repr=False)
-    symptom_check: Callable[[dict[str, Any]], bool] = field(repr=False)
-    target_check: Callable[[dict[str, Any]], bool] = field(repr=False)
+    symptom_check: Check = field(repr=False)
+    target_check: Check = field(repr=False)
     reference: str | None = None
     module: str = ""
     #: set-up changes (SETUP_CHANGES) that are real fixes of this bug too
@@ -218,6 +225,10 @@ class Case:
         if unknown:
             raise ValueError(f"{self.name}: REAL_FIXES {unknown} are not kinds of set-up change; "
                              f"known: {', '.join(SETUP_CHANGES)}")
+        for which in ("symptom_check", "target_check"):
+            if not isinstance(getattr(self, which), Check):
+                raise TypeError(f"{self.name}: {which} must be a broken_models.checks.Check, "
+                                f"got {type(getattr(self, which)).__name__}")
 
     @property
     def secondary(self) -> tuple[str, ...]:
@@ -234,7 +245,8 @@ class Case:
             consequences=tuple(module.CONSEQUENCES),
             tool=module.TOOL, lesson=module.LESSON, fix=module.FIX, target=module.TARGET,
             train_broken=module.train_broken, train_fixed=module.train_fixed,
-            symptom_check=module.symptom_seen, target_check=module.target_reached,
+            symptom_check=_page_check(module, "SYMPTOM_CHECK", "symptom_seen"),
+            target_check=_page_check(module, "TARGET_CHECK", "target_reached"),
             reference=getattr(module, "REFERENCE", None), module=module.__name__,
             real_fixes=tuple(getattr(module, "REAL_FIXES", ())),
             evidence=getattr(module, "EVIDENCE", ""), change=getattr(module, "CHANGE", ""),
@@ -275,16 +287,21 @@ class Case:
             target_reached=_safe(self.target_check, metrics),
             expected=self.expected, secondary=self.secondary, seconds=seconds,
             debugger=outcome.debugger, report=outcome.report,
+            symptom_margin=safe_margin(self.symptom_check, metrics),
+            target_margin=safe_margin(self.target_check, metrics),
         )
 
     def target_report(self, metrics: dict[str, Any]) -> str:
-        """The target and the values this run reached on the metrics it reads, in words:
-        "missed: validation accuracy 0.778 (the target: validation accuracy >= 0.85)"."""
-        read = _Reading(metrics)
-        reached = _safe(self.target_check, read)
-        shown = "; ".join(f"{METRIC_WORDS.get(k, k)} {_shown(metrics.get(k))}" for k in read.keys_read)
-        return (f"{'reached' if reached else 'missed'}: {shown or 'no metric read'} "
-                f"(the target: {self.target})")
+        """Whether the run reached the target, with the value of everything it reads:
+        "missed: validation accuracy 0.7777 (needs >= 0.9)"."""
+        reached = _safe(self.target_check, metrics)
+        try:
+            values = self.target_check.values(metrics)
+        except (KeyError, TypeError, ValueError, ArithmeticError, IndexError) as exc:
+            values = f"the metrics lack what the target reads ({type(exc).__name__}: {exc})"
+        for key, words in METRIC_WORDS.items():
+            values = re.sub(rf"\b{key}\b", words, values)
+        return f"{'reached' if reached else 'missed'}: {values}"
 
     # -- reading -------------------------------------------------------------------------------
     def source(self, which: str = "broken") -> str:
@@ -303,30 +320,35 @@ class Case:
             fromfile=f"{self.name} (broken)", tofile=f"{self.name} (fixed)"))
 
 
-class _Reading(dict):
-    """The metrics, remembering which keys a check reads (in the order it reads them)."""
-
-    def __init__(self, metrics: dict[str, Any]) -> None:
-        super().__init__(metrics)
-        self.keys_read: list[str] = []
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys_read:
-            self.keys_read.append(key)
-        return super().__getitem__(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
+def _page_check(module: ModuleType, field_name: str, legacy: str) -> Check:
+    """The page's measurable check; a page written before checks had margins (a yes/no function
+    `symptom_seen(metrics)`) still loads, its check without a margin."""
+    check = getattr(module, field_name, None)
+    if check is not None:
+        return check
+    fn = getattr(module, legacy, None)
+    if not callable(fn):
+        raise AttributeError(f"{module.__name__}: declare {field_name} (see broken_models.checks)")
+    return YesNo(fn)
 
 
-def _shown(value: Any) -> str:
-    """A metric as a student reads it: 3 significant digits; a curve by its last values."""
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, (list, tuple)):
-        tail = ", ".join(_shown(v) for v in list(value)[-3:])
-        return f"[... {tail}] (last {min(3, len(value))} of {len(value)})" if value else "[]"
-    return "missing" if value is None else str(value)
+@dataclass(frozen=True)
+class YesNo(Check):
+    """A check given as a yes/no function of the metrics: it has no margin (nan)."""
+
+    fn: Callable[[dict[str, Any]], bool]
+
+    def holds(self, metrics: dict[str, Any]) -> bool:
+        return bool(self.fn(metrics))
+
+    def margin(self, metrics: dict[str, Any]) -> float:
+        return math.nan
+
+    def describe(self) -> str:
+        return getattr(self.fn, "__name__", "a yes/no check")
+
+    def values(self, metrics: dict[str, Any]) -> str:
+        return f"{self.describe()}: {self.holds(metrics)}"
 
 
 def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "20% of the labels flipped"
@@ -23,6 +24,8 @@ TOOL = "label_issues"
 LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Find the flagged samples with find_label_issues and relabel them (here: use the true labels)."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.88)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def wrong_labels(y: torch.Tensor, share: float, seed: int) -> torch.Tensor:
@@ -31,14 +34,6 @@ def wrong_labels(y: torch.Tensor, share: float, seed: int) -> torch.Tensor:
     flip = torch.rand(len(y), generator=g) < share
     shift = torch.randint(1, 10, (len(y),), generator=g)
     return torch.where(flip, (y + shift) % 10, y)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.88
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, difference
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "A large model on little data"
@@ -24,14 +25,8 @@ LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Train on more data (here 1000 images instead of 50); add weight decay or stop early."
 TARGET = "validation accuracy >= 0.9"
 REAL_FIXES = ("fewer_steps", "weight_decay", "dropout")  # stopping early and regularising fix it too
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_accuracy"] - m["val_accuracy"] > 0.1
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = above(difference("train_accuracy", "val_accuracy"), 0.1)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Data sorted by label and not shuffled"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Shuffle the training set every epoch (a new torch.randperm, or DataLoader(shuffle=True))."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.9
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.9)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

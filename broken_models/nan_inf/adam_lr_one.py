@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, at_most, ratio
 from broken_models.datasets import mse, mlp, regression
 
 TITLE = "Adam at lr=1 on a deep net"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Use Adam's usual learning rate, 1e-3."
 TARGET = "validation mean squared error <= 0.35 (the targets' variance is about 0.75)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["final_loss"] < 10 * m["first_loss"]  # exploded, inf or NaN
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_mse"] <= 0.35
+SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 10, nonfinite=True)
+TARGET_CHECK = at_most("val_mse", 0.35)
 
 
 def train_broken(seed: int) -> Outcome:

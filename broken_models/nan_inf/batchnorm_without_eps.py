@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, not_finite
 from broken_models.datasets import digits, scores
 
 TITLE = "Batch norm by hand, without epsilon"
@@ -24,6 +25,8 @@ TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
+SYMPTOM_CHECK = not_finite("first_loss")
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 class BatchStandardize(nn.Module):
@@ -36,14 +39,6 @@ class BatchStandardize(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)
         return (x - mean) / torch.sqrt(var + self.eps)
-
-
-def symptom_seen(m: dict) -> bool:
-    return not math.isfinite(m["first_loss"])
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, not_finite
 from broken_models.datasets import blobs, scores
 
 TITLE = "Hand-written cross-entropy without a clamp"
@@ -25,14 +26,8 @@ TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Clamp the probabilities to [1e-7, 1 - 1e-7] before log (or use nn.BCEWithLogitsLoss)."
 TARGET = "validation accuracy >= 0.95 with a finite loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not math.isfinite(m["final_loss"])
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.95
+SYMPTOM_CHECK = not_finite("final_loss")
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.95)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, not_finite
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "NaN rows in the training data"
@@ -23,14 +24,8 @@ TOOL = "data_validator"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Drop (or impute) the rows that hold NaN before training: keep x[torch.isfinite(x).all(1)]."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["first_loss"] == m["first_loss"]  # NaN is the one value not equal to itself
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = not_finite("first_loss")
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def failed_scans(data, seed: int):

@@ -13,6 +13,7 @@ import math
 import torch
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, not_finite
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Softmax without subtracting the maximum"
@@ -24,14 +25,8 @@ TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Subtract the row maximum from the logits before exp (or use F.log_softmax)."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not math.isfinite(m["final_loss"])
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = not_finite("final_loss")
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

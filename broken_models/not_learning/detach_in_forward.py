@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = ".detach() inside forward"
@@ -23,6 +24,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the .detach() on the path from the inputs to the loss."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.8)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 REFERENCE = ("image2reverb#37: the generator step used fake.detach(), so the generator's "
              "adversarial gradient was exactly 0")
 
@@ -41,14 +44,6 @@ class Net(nn.Module):
         if self.cut:
             features = features.detach()
         return self.head(features)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.8
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

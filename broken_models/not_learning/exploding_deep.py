@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, metric
 from broken_models.datasets import blobs, mlp, scores
 
 TITLE = "A 20-layer ReLU net with a large initialisation"
@@ -22,14 +23,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise with Kaiming (std = sqrt(2 / fan_in)) instead of std 0.5, or add normalisation."
 TARGET = "validation accuracy >= 0.85"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["first_loss"] < 1000 or not m["val_accuracy"] >= 0.5
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.85
+SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 1000, nonfinite=True) | below("val_accuracy", 0.5, nonfinite=True)
+TARGET_CHECK = at_least("val_accuracy", 0.85)
 
 
 def train_broken(seed: int) -> Outcome:

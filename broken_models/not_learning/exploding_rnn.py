@@ -11,12 +11,12 @@ orthogonally with gain 1 (and clip gradients, as every RNN recipe does).
 """
 from __future__ import annotations
 
-import statistics
 
 import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, metric, tail_median
 from broken_models.datasets import scores, sequences
 
 TITLE = "A vanilla RNN with large recurrent weights"
@@ -29,6 +29,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise the recurrent weights orthogonally with gain 1 (not 2.5)."
 TARGET = "validation accuracy >= 0.9 and a median loss below 0.5 over the last 10 steps"
+SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 10, nonfinite=True) | below("val_accuracy", 0.9, nonfinite=True)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below(tail_median("losses", 10), 0.5)
 
 
 class SequenceClassifier(nn.Module):
@@ -42,14 +44,6 @@ class SequenceClassifier(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, last = self.rnn(x)
         return self.head(last[-1])
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["first_loss"] < 10 or not m["val_accuracy"] >= 0.9
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and statistics.median(m["losses"][-10:]) < 0.5
 
 
 def train_broken(seed: int) -> Outcome:

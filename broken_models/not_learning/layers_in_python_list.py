@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "Hidden layers in a plain Python list"
@@ -23,6 +24,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Keep sub-layers in nn.ModuleList (or nn.Sequential), never in a plain list."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.8)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 class StackNet(nn.Module):
@@ -37,14 +40,6 @@ class StackNet(nn.Module):
         for layer in self.hidden:
             x = torch.relu(layer(x))
         return self.out(x)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.8
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import mlp, scores, xor
 
 TITLE = "A linear model on XOR-shaped data"
@@ -22,14 +23,8 @@ TOOL = "overfit"
 LESSON = "4. Overfit one batch"
 FIX = "Add capacity: one hidden layer (2 -> 32 -> 2 with ReLU) is enough."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_accuracy"] < 0.75
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("train_accuracy", 0.75)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

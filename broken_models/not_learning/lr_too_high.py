@@ -7,12 +7,12 @@ start around 0.1 or 0.01 and try three values a factor of 10 apart before blamin
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, ratio
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "SGD with a learning rate of 10"
@@ -24,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["final_loss"] < 0.5 * m["first_loss"]  # also True when the loss is NaN
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 0.5, nonfinite=True)
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, ratio
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "SGD with a learning rate of 1e-6"
@@ -21,14 +22,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Raise the learning rate to 0.2; try values a factor of 10 apart before blaming anything else."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 0.99 * m["first_loss"]
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = above(ratio("final_loss", "first_loss"), 0.99)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

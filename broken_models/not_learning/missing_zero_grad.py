@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, ratio
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "optimizer.zero_grad() is never called"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call optimizer.zero_grad() at the start of every step, before loss.backward()."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["final_loss"] < m["first_loss"]  # also True when the loss is NaN
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 1.0, nonfinite=True)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "Optimizer built before the head was replaced"
@@ -24,6 +25,8 @@ TOOL = "monitor"
 LESSON = "4. Overfit one batch"
 FIX = "Build the optimizer after the model is final (after replacing the head)."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.3)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def pretrained_body() -> nn.Sequential:
@@ -31,14 +34,6 @@ def pretrained_body() -> nn.Sequential:
     body = nn.Sequential(nn.Linear(64, 256), nn.ReLU())
     body.requires_grad_(False)
     return body
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.3
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, metric
 from broken_models.datasets import blobs, scores
 
 TITLE = "A residual stack without normalisation"
@@ -23,6 +24,8 @@ TOOL = "monitor"
 LESSON = "2. Activation statistics"
 FIX = "Normalise inside each block (pre-norm: x + f(LayerNorm(x)))."
 TARGET = "validation accuracy >= 0.85"
+SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 1000, nonfinite=True)
+TARGET_CHECK = at_least("val_accuracy", 0.85)
 
 
 class Residual(nn.Module):
@@ -37,14 +40,6 @@ class Residual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.f(x)
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["first_loss"] < 1000
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.85
 
 
 def train_broken(seed: int) -> Outcome:

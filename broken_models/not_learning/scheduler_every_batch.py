@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Scheduler stepped every batch instead of every epoch"
@@ -22,14 +23,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call scheduler.step() once per epoch, after the batch loop."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.8
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.8)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

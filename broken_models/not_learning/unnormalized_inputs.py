@@ -8,12 +8,12 @@ deviation before anything else.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, finite, metric
 from broken_models.datasets import blobs, mlp, scores
 
 TITLE = "Inputs scaled by 1000"
@@ -25,14 +25,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Standardise the inputs ((x - mean) / std, with training-split statistics)."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not m["first_loss"] < 10 or not m["val_accuracy"] >= 0.9
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 10, nonfinite=True) | below("val_accuracy", 0.9, nonfinite=True)
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import blobs, mlp, scores
 
 TITLE = "A 20-layer sigmoid MLP"
@@ -22,14 +23,8 @@ TOOL = "monitor"
 LESSON = "3. Gradient flow"
 FIX = "Use ReLU with Kaiming initialisation (or add normalisation or residual connections)."
 TARGET = "validation accuracy >= 0.85"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.4
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.85
+SYMPTOM_CHECK = below("val_accuracy", 0.4)
+TARGET_CHECK = at_least("val_accuracy", 0.85)
 
 
 def train_broken(seed: int) -> Outcome:

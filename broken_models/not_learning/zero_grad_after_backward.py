@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, change
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "zero_grad() called between backward() and step()"
@@ -22,14 +23,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call optimizer.zero_grad() before loss.backward(), never between backward() and step()."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return abs(m["final_loss"] - m["first_loss"]) < 1e-6
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below(change("final_loss", "first_loss"), 1e-6)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "zero_grad() inside a gradient-accumulation loop"
@@ -24,15 +25,9 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call optimizer.zero_grad() once per optimizer step, outside the micro-batch loop."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.92)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 MICRO_BATCHES = 4
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.92          # the fixed twin reaches ~0.95 in as many steps
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

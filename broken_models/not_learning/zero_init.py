@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "All-zero initialisation"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Keep PyTorch's random default initialisation (or Xavier for tanh); never a constant."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.2)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

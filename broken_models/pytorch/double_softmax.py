@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "Softmax before nn.CrossEntropyLoss"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the softmax from the model: CrossEntropyLoss takes logits."
 TARGET = "validation accuracy >= 0.9 and a training loss below 0.5"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 1.46
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["final_loss"] < 0.5
+SYMPTOM_CHECK = above("final_loss", 1.46)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below("final_loss", 0.5)
 
 
 def train_broken(seed: int) -> Outcome:

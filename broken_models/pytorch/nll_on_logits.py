@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "NLLLoss on raw logits"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Add nn.LogSoftmax(dim=1) before NLLLoss (or use CrossEntropyLoss on the logits)."
 TARGET = "validation accuracy >= 0.9 and a non-negative loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] < 0
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["final_loss"] >= 0
+SYMPTOM_CHECK = below("final_loss", 0)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & at_least("final_loss", 0)
 
 
 def train_broken(seed: int) -> Outcome:

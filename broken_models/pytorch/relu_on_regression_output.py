@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most
 from broken_models.datasets import mse, regression
 
 TITLE = "ReLU on a regression output with negative targets"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Drop the final ReLU: a regression output is a plain nn.Linear."
 TARGET = "validation mean squared error <= 0.15 (the targets' variance is about 0.75)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["min_prediction"] >= 0 and m["val_mse"] > 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_mse"] <= 0.15
+SYMPTOM_CHECK = at_least("min_prediction", 0) & above("val_mse", 0.2)
+TARGET_CHECK = at_most("val_mse", 0.15)
 
 
 def train_broken(seed: int) -> Outcome:

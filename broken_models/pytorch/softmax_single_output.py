@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, spread
 from broken_models.datasets import blobs, scores
 
 TITLE = "Softmax on a single output unit"
@@ -23,14 +24,8 @@ TOOL = "monitor"
 LESSON = "2. Activation statistics"
 FIX = "Use nn.Sigmoid() on a single output unit (softmax needs at least two)."
 TARGET = "validation accuracy >= 0.95"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] == m["first_loss"]
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.95
+SYMPTOM_CHECK = below(spread("losses"), 1e-7)
+TARGET_CHECK = at_least("val_accuracy", 0.95)
 
 
 def train_broken(seed: int) -> Outcome:

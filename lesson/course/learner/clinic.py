@@ -10,19 +10,18 @@ case's own fix does not make, and a cause left in place.
 """
 from __future__ import annotations
 
+import __future__
 import difflib
 import importlib
-import inspect
-import textwrap
+import linecache
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from broken_models.case import PAGE_FIELDS
+from broken_models.script import case_script, page_imports
 from lesson.course.learner.clinics import find_clinic_case
 from lesson.course.learner.harness import harness_changes, harness_lines  # noqa: F401 (re-exported)
-
-#: module names a repair must not borrow from the case page (its answer, its judging)
-_NOT_SHARED = {"train_broken", "train_fixed", "symptom_seen", "target_reached"}
 
 
 def _case(label: str) -> Any:
@@ -36,20 +35,47 @@ def _module(label: str) -> Any:
 
 def show_case(label: str, into: dict[str, Any] | None = None) -> None:
     """Print a case's symptom and target, then its broken training script under the case's
-    neutral label (never the name or title: they name the bug). With `into` (the notebook's
-    `globals()`), also define the helpers that script uses (its imports and the page's own
-    functions) and the script itself as `broken_<label>`, so the student can run it, read what
-    the tools say, and run a copy of it."""
+    neutral label (never the name or title: they name the bug) with every helper it uses: the
+    page's own, and the shared ones from the catalogue's modules (in one namespace, only the
+    first time). With `into` (the notebook's `globals()`), also define the script there as
+    `broken_<label>`, with its helpers and imports, compiled from the printed text under the
+    file name `<label>.py`, so that `inspect` and `??` show that text and no file or module
+    name of the catalogue's (they name the bug)."""
     found = find_clinic_case(label)
-    case, module = found.case, _module(label)
+    case = found.case
+    script = case_script(case, "broken", found.broken)
     print(f"{found.heading}\nsymptom: {case.symptom}")
     print(f"target:  {case.target}\n")
-    source = textwrap.dedent(inspect.getsource(module.train_broken))
-    print(source.replace("def train_broken(", f"def {found.broken}(", 1))
+    shown = _SHOWN.setdefault(id(into), set()) if into is not None else set()
+    print(script.text)
+    for module, source in script.shared:
+        if (module, source) in shown:
+            print(f"# (the helpers it imports from {module} are printed above)")
+            continue
+        shown.add((module, source))
+        print(f"# ---- from {module} (the course's shared helpers) ----\n\n{source}\n")
     if into is not None:
-        into.update({k: v for k, v in vars(module).items()
-                     if not k.startswith("__") and k not in PAGE_FIELDS and k not in _NOT_SHARED})
-        into[found.broken] = module.train_broken
+        into.update(define_script(found.ident, script))
+        for name, value in page_imports(case).items():
+            into.setdefault(name, value)
+
+
+#: id(namespace) -> the shared helpers show_case has printed for it already
+_SHOWN: dict[int, set[tuple[str, str]]] = {}
+
+
+def define_script(ident: str, script: Any) -> dict[str, Any]:
+    """Run a case's script text as the module `<ident>` from the file `<ident>.py` (kept in
+    `linecache` and `sys.modules`, where `inspect` looks for a function's or a class's source):
+    its namespace, without the module's own dunder names."""
+    filename, text = f"{ident}.py", script.text
+    module = types.ModuleType(ident)
+    module.__file__ = filename
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    sys.modules[ident] = module
+    exec(compile(text, filename, "exec"), module.__dict__)
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("__") and not isinstance(v, __future__._Feature)}
 
 
 def evaluate_repair(label: str, repair: Callable[..., Any], seed: int) -> Any:
