@@ -107,10 +107,13 @@ class DiagnosisVerdict:
         return self.kind == "cause"
 
 
-def judge_diagnosis(label: str, code: Any) -> DiagnosisVerdict:
-    """Grade a diagnosis as the cause: any code the case page lists in CAUSES is right (and the
-    verdict then names the case); one in CONSEQUENCES is wrong, and the verdict says it is a
-    consequence, without naming the cause."""
+def judge_diagnosis(label: str, code: Any, seed: int | None = None) -> DiagnosisVerdict:
+    """Grade a diagnosis as the cause, as the report of the broken script's run on `seed`
+    (default: the clinics' visible seed, the one the student reads) shows it: a code the case
+    page lists in CAUSES is right (and the verdict then names the case) unless that report
+    shows it following from another finding; one in CONSEQUENCES, or a cause the report shows
+    following from another, is a consequence, and the verdict says so without naming the
+    cause."""
     from lesson.findings import CODES
 
     found = find_clinic_case(label)
@@ -128,10 +131,23 @@ def judge_diagnosis(label: str, code: Any) -> DiagnosisVerdict:
                                 + (f" (did you mean {near[0]}?)" if near else
                                    "; the codes are upper case with underscores, such as "
                                    "\"NAN_OR_INF\": list(lesson.CODES) shows them all"))
-    if code in case.causes:
+    if code in case.causes and not _follows_in_report(case, code, seed):
         return DiagnosisVerdict("cause", f"{code} names the cause. Solved: {found.solved_line}")
-    if code in case.consequences:
+    if code in case.causes or code in case.consequences:
         return DiagnosisVerdict("consequence", f"{code} is true of this run, but it is a "
                                 "consequence of the bug, not its cause: what produced it?")
     return DiagnosisVerdict("unrelated", f"{code} is not what is wrong in this script: "
                             "read the evidence again (which finding explains the others?)")
+
+
+def _follows_in_report(case: Any, code: str, seed: int | None) -> bool:
+    """Does the report of the broken run on `seed` show `code` only as following from another
+    finding? (A case with one cause never asks: nothing on its page can explain it.)"""
+    if len(case.causes) == 1:
+        return False
+    from lesson.course.learner.clinics import VISIBLE_SEED
+    from lesson.course.learner.repair import reference
+
+    run = reference(case.name, VISIBLE_SEED if seed is None else seed).broken
+    mine = [f for f in run.findings if f.code == code]
+    return bool(mine) and all(f.explained_by for f in mine)

@@ -80,19 +80,34 @@ def _source(fn: Callable[..., Any]) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The catalogue's own scripts on one seed: the broken run (its report decides which of
+    the page's CAUSES the student may name) and the set-ups of both."""
+
+    broken: Any
+    broken_setup: RunSetup
+    fixed_setup: RunSetup
+
+
 @lru_cache(maxsize=64)
-def reference_setups(name: str, seed: int) -> tuple[RunSetup, RunSetup]:
-    """The set-up of the case's broken and fixed scripts on `seed` (each trained once)."""
+def reference(name: str, seed: int) -> Reference:
+    """The case's broken and fixed scripts on `seed`, each trained once per process."""
     from broken_models import get_case
 
     case = get_case(name)
-    out = []
-    for train in (case.train_broken, case.train_fixed):
-        with warnings.catch_warnings(), record_setup() as setup:
-            warnings.simplefilter("ignore")
-            train(seed)
-        out.append(setup)
-    return out[0], out[1]
+    with record_setup() as broken_setup:
+        broken = case.run_broken(seed)
+    with warnings.catch_warnings(), record_setup() as fixed_setup:
+        warnings.simplefilter("ignore")
+        case.train_fixed(seed)
+    return Reference(broken, broken_setup, fixed_setup)
+
+
+def reference_setups(name: str, seed: int) -> tuple[RunSetup, RunSetup]:
+    """The set-up of the case's broken and fixed scripts on `seed`."""
+    ref = reference(name, seed)
+    return ref.broken_setup, ref.fixed_setup
 
 
 def _watched(repair: Callable[..., Any], into: dict[str, RunSetup]) -> Callable[[int], Any]:
