@@ -22,7 +22,11 @@ CAUSES = ("LR_TOO_HIGH",)
 CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "DEAD_NEURONS")  # all from the blow-up
 TOOL = "monitor"
 LESSON = "Symptom 3: NaN or Inf in the loss"
-FIX = "Use Adam's usual learning rate, 1e-3."
+FIX = ("Lower Adam's learning rate 10x at a time until the loss falls: its usual 1e-3 "
+       "trains.")
+EVIDENCE = ("In the report, read the first finding's evidence: how far did the first updates move "
+            "the weights, relative to their norm, and what did the loss do in the next steps?")
+CHANGE = "Change the learning rate: lower it, a factor of ten at a time, until the loss falls."
 TARGET = "validation mean squared error <= 0.35 (the targets' variance is about 0.75)"
 SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 10, nonfinite=True)
 TARGET_CHECK = at_most("val_mse", 0.35)

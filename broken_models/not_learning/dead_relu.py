@@ -23,6 +23,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Drop the hand-made initialisation and keep PyTorch's default (Kaiming-uniform) init."
+EVIDENCE = ("In the per-layer activation table, read the `dead=` column: which layer's units "
+            "output 0 for every sample, and since which step (the finding's first step)?")
+CHANGE = ("Change how the layers are initialised: let PyTorch's default (or Kaiming) "
+          "initialisation set the weights and biases.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.2)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -23,6 +23,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the .detach() on the path from the inputs to the loss."
+EVIDENCE = ("In the per-layer gradient table, find the layers that get no gradient at all; then "
+            "read the forward pass from the output back to where the gradient stops.")
+CHANGE = ("Change the forward pass so that the path from the inputs to the loss stays "
+          "differentiable.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.8)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

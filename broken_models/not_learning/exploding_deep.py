@@ -21,7 +21,11 @@ CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
-FIX = "Initialise with Kaiming (std = sqrt(2 / fan_in)) instead of std 0.5, or add normalisation."
+FIX = "Initialise with Kaiming (std = sqrt(2 / fan_in)) instead of std 0.5."
+EVIDENCE = ("In the per-layer activation table, follow the activations' std from the first layer "
+            "to the last: does it stay level, or grow at every layer, from the very first step?")
+CHANGE = ("Change how the weights are initialised: Kaiming's variance-preserving initialisation "
+          "for ReLU layers.")
 TARGET = "validation accuracy >= 0.85"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 1000, nonfinite=True) | below("val_accuracy", 0.5, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.85)

@@ -28,6 +28,11 @@ CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise the recurrent weights orthogonally with gain 1 (not 2.5)."
+EVIDENCE = ("Set the first loss against ln(2), the loss of a fresh two-class classifier; then "
+            "read the rnn layer's activation and gradient sizes in the tables and the first "
+            "finding's evidence: which weights does it name?")
+CHANGE = ("Change how the recurrent weights are initialised (orthogonal, with no gain that "
+          "stretches the hidden state at each step).")
 TARGET = "validation accuracy >= 0.9 and a median loss below 0.5 over the last 10 steps"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 10, nonfinite=True) | below("val_accuracy", 0.9, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.9) & below(tail_median("losses", 10), 0.5)

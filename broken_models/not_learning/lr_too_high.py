@@ -22,7 +22,13 @@ CAUSES = ("LR_TOO_HIGH",)
 CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
-FIX = "Lower the learning rate 50x, to 0.2; try values a factor of 10 apart before blaming anything else."
+FIX = ("Lower the learning rate 10x at a time until the loss falls steadily (the fixed "
+       "script uses 0.2).")
+EVIDENCE = ("In the report, read the first finding's evidence: how far does one update move the "
+            "weights (the update/weight ratio), against the 1e-3 to 1e-2 the lesson calls "
+            "typical? Then read the first losses: do they fall, or jump?")
+CHANGE = ("Change the learning rate: lower it, a factor of ten at a time, until the loss falls "
+          "steadily.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 0.5, nonfinite=True)
 TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)

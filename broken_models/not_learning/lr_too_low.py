@@ -20,7 +20,12 @@ CAUSES = ("LR_TOO_LOW",)
 CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
-FIX = "Raise the learning rate to 0.2; try values a factor of 10 apart before blaming anything else."
+FIX = ("Raise the learning rate 10x at a time until the loss falls (the fixed script uses "
+       "0.2).")
+EVIDENCE = ("In the report, set how much the loss moved against how far each update moves the "
+            "weights (the update/weight ratio in the evidence) and how large the gradients are: "
+            "is it the gradients that are small, or the steps?")
+CHANGE = "Change the learning rate: raise it, a factor of ten at a time, until the loss falls."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above(ratio("final_loss", "first_loss"), 0.99)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

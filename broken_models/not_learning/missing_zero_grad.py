@@ -23,6 +23,10 @@ CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")  #
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call optimizer.zero_grad() at the start of every step, before loss.backward()."
+EVIDENCE = ("In the report, follow the gradient norms over the steps (the first finding's "
+            "evidence): do they stay level, or grow step after step while the loss stops "
+            "improving?")
+CHANGE = "Change the loop: clear the gradients once per step, before the backward pass."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = at_least(ratio("final_loss", "first_loss"), 1.0, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -23,6 +23,10 @@ CONSEQUENCES = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS
 TOOL = "monitor"
 LESSON = "2. Activation statistics"
 FIX = "Normalise inside each block (pre-norm: x + f(LayerNorm(x)))."
+EVIDENCE = ("In the per-layer activation table, follow the std block after block through the "
+            "residual blocks: how does it grow, at the first step already, although each layer's "
+            "weights look ordinary?")
+CHANGE = "Change the blocks: normalise the input of each residual branch (pre-norm)."
 TARGET = "validation accuracy >= 0.85"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 1000, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.85)

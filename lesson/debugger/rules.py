@@ -841,7 +841,9 @@ def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
                     f"{vals[-1]:.3g} (+{rise['rise']:.2g}, {rise['relative_rise']:.0%}; the last "
                     f"{rise['sustained_points']} evaluations all above {rise['rise_floor']:.3g}) "
                     f"while training loss fell from {t_best:.3g} to {t_last:.3g}",
-                    evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last})]
+                    evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last},
+                    advice=f"Stop at the best validation loss (evaluation {best} of {len(vals)}: "
+                           "stop once it rises), add weight decay, or train on more data.")]
 
 
 # -- loop faults seen through the gradient bookkeeping (issue 16) -----------------------------

@@ -158,6 +158,9 @@ def judge_repair(case: Any, repair: Callable[..., Any], seed: int,
                      "instead of removing the cause.")
     if refused_cause or (cause_left and hiding):
         lines.append("  still there: " + "; ".join(cause_left) + ".")
+    elif hiding and run.healthy:
+        lines.append("  still there: the cause the catalogue's fix removes; the change above "
+                     "only keeps it from showing in this run.")
     return RepairVerdict(passed, "\n".join(lines), seed, run, [], hiding, real, refused_cause)
 
 

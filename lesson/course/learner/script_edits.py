@@ -154,6 +154,35 @@ def _clip(max_norm: float) -> Callable[[str], str]:
     return apply
 
 
+def _stop_early() -> Callable[[str], str]:
+    """After each validation loss the script records, leave the training loop once that
+    loss rose above its best (patience 1): early stopping as a student writes it."""
+    def apply(source: str) -> str:
+        text, fn = _parse(source)
+        inserts = []
+        for node in ast.walk(fn):
+            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Attribute)
+                    and node.value.func.attr == "record_val_loss"):
+                debugger = ast.get_source_segment(text, node.value.func.value)
+                after = node.end_lineno + 1
+                inserts.append((after, f"if {HELPERS}.past_best({debugger}): break"))
+        if not inserts:
+            raise NotApplicable("no validation loss recorded: nothing to stop at")
+        lines = text.splitlines()
+        for lineno, code in sorted(inserts, reverse=True):
+            indent = _indent(lines, lineno - 1)
+            lines.insert(lineno - 1, indent + code)
+        return "\n".join(lines) + "\n"
+    return apply
+
+
+def past_best(debugger: Any) -> bool:
+    """Whether the last validation loss the debugger recorded is above the best before it."""
+    vals = list(debugger.val_loss_history)
+    return len(vals) >= 2 and vals[-1] > min(vals[:-1])
+
+
 def _another_seed(offset: int) -> Callable[[str], str]:
     def apply(source: str) -> str:
         text, fn = _parse(source)
@@ -390,6 +419,11 @@ def smaller_model(factor: float = 0.5) -> Edit:
     return Edit("smaller_model", f"the model's widths cut to {factor:.0%}", _smaller_model(factor))
 
 
+def stop_early() -> Edit:
+    return Edit("stop_early", "training stopped once the validation loss rose above its best",
+                _stop_early())
+
+
 def another_seed(offset: int = 1) -> Edit:
     return Edit("another_seed", f"the seed shifted by {offset}", _another_seed(offset))
 
@@ -479,12 +513,14 @@ REMEDIES: tuple[Remedy, ...] = (
        r"\b(lower|divide|reduce|decrease)\w*\s+(the\s+|its\s+)?(learning\s+)?rate|\blower it\b",
        *(lower_lr(f) for f in _DECADES)),
     _r("raise the learning rate",
-       r"\b(raise|multiply|increase)\w*\s+(the\s+|its\s+)?(learning\s+)?rate|multiply it by",
+       r"\b(raise|multiply|increase)\w*\s+(the\s+|its\s+)?(learning\s+)?rate|multiply it by|"
+       r"\braise it\b",
        *(raise_lr(f) for f in _DECADES)),
     _r("clip the gradient norm", r"\bclip", clip_gradients(1.0)),
     _r("weight decay", r"weight\s+decay", add_weight_decay(1e-3)),
     _r("dropout", r"\bdropout\b", dropout(0.2)),
-    _r("stop early", r"\bstop(ping)?\s+early|early\s+stopping", fewer_steps(0.25)),
+    _r("stop early", r"\bstop(ping)?\s+early|early\s+stopping|\bstop at the best\b",
+       stop_early()),
     _r("ReLU with Kaiming initialisation", r"\brelu\s+with\s+kaiming",
        _both(activation("Sigmoid,Tanh", "ReLU"), reinitialise("kaiming"))),
     _r("Kaiming initialisation", r"\bkaiming\b", reinitialise("kaiming")),
@@ -531,8 +567,8 @@ def suggestions(case: Any, findings: list[Any]) -> dict[str, str]:
     from lesson.sections import case_rows
 
     out: dict[str, str] = {}
-    for f in findings:
-        if f.code in case.causes:
+    for f in findings:        # the causes as the report shows them: roots, not followers
+        if f.code in case.causes and f.explained_by is None:
             out.setdefault(f"the report's fix line for {f.code}", f.advice)
     for row in case_rows(case.family, case.name):
         for column in ("first thing to try", "fix"):
