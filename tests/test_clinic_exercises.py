@@ -87,7 +87,8 @@ def test_a_case_is_found_by_label_and_its_hints_come_from_the_page():
     case = find_clinic_case("case1_3")
     assert find_clinic_case("1.3") == case and case.name == "dead_relu"
     page = CATALOGUE["dead_relu"]
-    assert page.lesson in case.hints[0] and page.fix in case.hints[2]
+    assert f'"{page.lesson}"' in case.hints[0] and page.evidence in case.hints[1]
+    assert page.change in case.hints[2]
     ex = case_exercise("case1_3")
     assert ex.assignment == CLINIC and ex.hints == case.hints
     assert set(ex.tests) == set(case.test_ids) and ex.answer_cells == (case.ident,)

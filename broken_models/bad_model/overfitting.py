@@ -33,20 +33,21 @@ CHANGE = ("Regularise, or stop in time: more training data, weight decay, or sto
 EVIDENCE = ("Put the two curves side by side: debugger.loss_history and "
             "debugger.val_loss_history (one validation loss every 10 steps). Where is the "
             "validation loss lowest, and what does it do while the training loss keeps falling?")
-TARGET = ("the validation loss does not climb (no rise the debugger counts as overfitting) "
-          "and validation accuracy >= 0.6")
+TARGET = ("the validation loss does not keep climbing past its lowest (no sustained rise) and "
+          "validation accuracy >= 0.6")
 REAL_FIXES = ("fewer_steps", "weight_decay", "dropout")  # stopping early and regularising fix it too
 SYMPTOM_CHECK = above(difference("train_accuracy", "val_accuracy"), 0.1)
 
 
 def _climb(m: dict) -> float:
     """The validation loss's last value over its lowest, minus 1, when the climb is one the
-    debugger's overfitting rule counts (sustained, large enough); 0 when it is not."""
+    debugger's rule counts (sustained, large enough: lesson.debugger.rules.overfit_rise); 0
+    when it is not."""
     rise = overfit_rise(list(m["val_losses"]), Thresholds())
     return 0.0 if rise is None else rise["relative_rise"]
 
 
-TARGET_CHECK = (at_most(Quantity("validation-loss climb counted as overfitting", _climb), 0.025)
+TARGET_CHECK = (at_most(Quantity("sustained validation-loss climb", _climb), 0.025)
                 & at_least("val_accuracy", 0.6))
 
 def train_broken(seed: int) -> Outcome:
