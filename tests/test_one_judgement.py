@@ -70,3 +70,18 @@ def test_a_cause_the_report_shows_following_from_another_is_a_consequence_there(
         assert verdict.kind == "consequence" and "EXPLODING_ACTIVATIONS" not in verdict.message
         assert judge_diagnosis(name, "EXPLODING_ACTIVATIONS").right
     assert judge_diagnosis("exploding_rnn", "EXPLODING_GRADIENT", seed=4).right   # its root there
+
+
+def test_the_lesson_tables_name_the_code_the_grader_calls_the_cause():
+    """A table row's code is what a student looks for in the report: it must be the case's
+    cause as the grader judges it (the exploding cases' rows said EXPLODING_GRADIENT, the Adam
+    case's NAN_OR_INF: consequences)."""
+    from lesson.sections import case_rows
+
+    wrong = []
+    for name, case in CATALOGUE.items():
+        for row in case_rows(case.family, name):
+            code = row["code"].strip("`")
+            if not judge_diagnosis(name, code).right:
+                wrong.append(f"{name}: {code}")
+    assert wrong == []
