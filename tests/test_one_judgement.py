@@ -85,3 +85,11 @@ def test_the_lesson_tables_name_the_code_the_grader_calls_the_cause():
             if not judge_diagnosis(name, code).right:
                 wrong.append(f"{name}: {code}")
     assert wrong == []
+
+
+def test_the_model_answer_names_the_cause_the_grader_accepts():
+    """The clinics' model answer is the page's first CAUSE: it must be the one the report of
+    the visible seed roots (the exploding cases listed EXPLODING_GRADIENT first, which follows
+    from EXPLODING_ACTIVATIONS there: the solutions lost their diagnosis points)."""
+    for name, case in CATALOGUE.items():
+        assert judge_diagnosis(name, case.causes[0]).right, (name, case.causes)

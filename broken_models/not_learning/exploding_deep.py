@@ -17,7 +17,7 @@ from broken_models.datasets import blobs, mlp, scores
 TITLE = "A 20-layer ReLU net with a large initialisation"
 SYMPTOM = "The first loss is in the thousands and training ends at NaN or near chance."
 EXPECTED = ("EXPLODING_GRADIENT",)
-CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"

@@ -23,7 +23,7 @@ TITLE = "A vanilla RNN with large recurrent weights"
 SYMPTOM = ("The first loss is thousands of times the ln(2) = 0.69 of a fresh classifier, and the "
            "loss never comes down to it.")
 EXPECTED = ("EXPLODING_GRADIENT",)
-CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
