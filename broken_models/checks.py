@@ -42,9 +42,10 @@ def metric(key: str, log: bool = False) -> Quantity:
     return Quantity(key, lambda m: m[key], log)
 
 
-def ratio(numerator: str, denominator: str) -> Quantity:
-    """One metric over another (margins in decades)."""
-    return Quantity(f"{numerator} / {denominator}", lambda m: m[numerator] / m[denominator], log=True)
+def ratio(numerator: Quantity | str, denominator: Quantity | str) -> Quantity:
+    """One quantity (or metric) over another (margins in decades)."""
+    top, bottom = _quantity(numerator), _quantity(denominator)
+    return Quantity(f"{top.name} / {bottom.name}", lambda m: top(m) / bottom(m), log=True)
 
 
 def difference(a: str, b: str) -> Quantity:
@@ -56,6 +57,11 @@ def tail_mean(key: str, n: int) -> Quantity:
     """The mean of the last `n` values of the series `key` (a loss curve's end, less noisy
     than its last value)."""
     return Quantity(f"mean of the last {n} {key}", lambda m: statistics.fmean(m[key][-n:]))
+
+
+def head_mean(key: str, n: int) -> Quantity:
+    """The mean of the first `n` values of the series `key` (where a loss curve starts)."""
+    return Quantity(f"mean of the first {n} {key}", lambda m: statistics.fmean(m[key][:n]))
 
 
 def tail_median(key: str, n: int) -> Quantity:
@@ -273,4 +279,4 @@ def safe_margin(check: Check, metrics: Metrics) -> float:
 
 
 __all__ = ["AllOf", "AnyOf", "Bound", "Check", "Finite", "Quantity", "above", "at_least", "at_most",
-           "below", "change", "difference", "finite", "metric", "not_finite", "ratio", "safe_margin", "spread", "tail_mean", "tail_median"]
+           "below", "change", "difference", "finite", "head_mean", "metric", "not_finite", "ratio", "safe_margin", "spread", "tail_mean", "tail_median"]

@@ -120,7 +120,8 @@ def test_evaluate_judges_a_custom_function_without_training():
 
 def test_evaluate_treats_nan_metrics_as_target_missed():
     case = CATALOGUE["lr_too_high"]
-    run = _fake_run(case, [], {"final_loss": math.nan, "first_loss": 2.3, "val_accuracy": math.nan})
+    run = _fake_run(case, [], {"final_loss": math.nan, "first_loss": 2.3, "val_accuracy": math.nan,
+                               "losses": [2.3, 2.9, math.nan]})
     assert not run.target_reached and not run.healthy and run.symptom_seen
 
 
