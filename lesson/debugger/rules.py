@@ -246,6 +246,17 @@ def _rate_advice(way: str, ratio: float | None, th: Thresholds) -> str:
     return text + "."
 
 
+def _held_down(ev: Evidence) -> str:
+    """For a rate too low: a schedule that was still raising the rate when the run ended (a
+    warm-up longer than the run) is what holds it down."""
+    lrs = [lr for _, lr in ev.lrs if _finite(lr) and lr > 0]
+    if len(lrs) >= 2 and lrs[-1] >= max(lrs) and lrs[-1] > 3 * lrs[0]:
+        return (f"The learning rate was still rising when the run ended ({lrs[0]:.2g} to "
+                f"{lrs[-1]:.2g}): a warm-up or schedule longer than the run holds it down; "
+                "shorten it to a small share of the run. Or: ")
+    return ""
+
+
 def _sig(x: float) -> float:
     """Round to two significant digits (evidence and suggestions read better)."""
     return float(f"{x:.2g}") if _finite(x) and x != 0 else x
@@ -446,7 +457,7 @@ def rule_lr_too_low(ev: Evidence, th: Thresholds) -> list[Finding]:
                         evidence={"loss_change": change, "median_update_ratio": _sig(ratio),
                                   "median_grad_to_weight": _sig(grad_ratio),
                                   "lr": ev.lrs[-1][1] if ev.lrs else None},
-                        advice=_rate_advice("raise", ratio, th))]
+                        advice=_held_down(ev) + _rate_advice("raise", ratio, th))]
     return []
 
 
@@ -594,6 +605,10 @@ def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: floa
                       growth: float) -> str:
     """What to change for activations that explode: the weight that starts too large, or,
     with weights at a variance-preserving scale, what adds up inside the network."""
+    recurrent = {n: v for n, v in _init_scales(ev).items() if "weight_hh" in n}
+    if recurrent and max(recurrent.values()) >= th.init_scale:   # the state's own stretch
+        big = max(recurrent, key=recurrent.get)
+        scale = recurrent[big]
     if big is not None and scale >= th.init_scale:
         if "weight_hh" in big:
             return (f"The recurrent weights {big} stretch the state about {scale:.2g}x per time "
