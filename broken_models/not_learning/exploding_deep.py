@@ -25,7 +25,7 @@ SYMPTOM = ("The first loss is in the hundreds or thousands (a fresh 4-class mode
            "1.4), and within a few steps the loss prints nan; accuracy ends near 25%.")
 EXPECTED = ("EXPLODING_GRADIENT",)
 CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
-CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
+CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the same blow-up, and the ReLUs it kills
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
 FIX = "Draw the weights from U(-b, b) with b = sqrt(6 / fan_in), or N(0, 2 / fan_in): the bound is not a std."

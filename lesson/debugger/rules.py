@@ -673,7 +673,12 @@ def rule_exploding_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
     for rec in ev.history:
         g, w = _total_norm(rec, "grad_norm"), _total_norm(rec, "weight_norm")
         if g is not None:
-            norms.append((rec["step"], g, w))
+            # The gradient's size is judged against the weights only while some weight matrix
+            # has one: all matrices exactly 0 (a zero initialisation, which no gradient leaves)
+            # leave a few biases as the "scale", and any gradient is then 10x it.
+            matrices = math.sqrt(sum(p["weight_norm"] ** 2 for _, p in _weight_params(rec)
+                                     if _finite(p.get("weight_norm"))))
+            norms.append((rec["step"], g, w if matrices > 0 else None))
     finite = [(s, g, w) for s, g, w in norms if math.isfinite(g)]
     if not finite:
         return []
