@@ -12,7 +12,7 @@ import pytest
 
 import broken_models
 from broken_models import CATALOGUE, FAMILIES, Case, Outcome, Run, by_family, get_case
-from broken_models.case import LESSON_SECTIONS
+from lesson.sections import sections
 from lesson.findings import CODES, TOOLS, Finding
 
 SEEDS = (0, 1, 2)
@@ -52,7 +52,7 @@ def test_every_tool_that_finds_codes_has_a_case():
 def test_case_page_metadata_is_complete(name):
     case = CATALOGUE[name]
     assert case.title and case.symptom and case.fix and case.target
-    assert case.lesson in LESSON_SECTIONS
+    assert case.lesson in sections()
     assert case.tool in TOOLS
     assert set(case.expected).isdisjoint(case.secondary)
     assert case.module == f"broken_models.{case.family}.{case.name}"
@@ -83,8 +83,12 @@ def test_case_rejects_unknown_codes_tools_and_sections():
         Case(**fields | {"expected": ("NOT_A_CODE",)})
     with pytest.raises(ValueError, match="unknown tool"):
         Case(**fields | {"tool": "crystal_ball"})
-    with pytest.raises(ValueError, match="unknown lesson section"):
+    with pytest.raises(ValueError, match="is not a heading of the lesson"):
         Case(**fields | {"lesson": "Chapter 99"})
+    with pytest.raises(ValueError, match="is not a heading of the lesson"):   # the old title
+        Case(**fields | {"lesson": "Symptom 1: the loss does not decrease"})
+    with pytest.raises(ValueError, match="REAL_FIXES"):
+        Case(**fields | {"real_fixes": ("luck",)})
     with pytest.raises(ValueError, match="unknown family"):
         Case(**fields | {"family": "misc"})
 

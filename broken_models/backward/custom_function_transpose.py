@@ -22,8 +22,12 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "Return grad_output.T @ x (shape out x in) as the weight's gradient, not x.T @ grad_output."
+EVIDENCE = ("gradient_check names the parameter whose analytic gradient disagrees with the "
+            "numerical one: which one, by how much, and what shape is the gradient backward "
+            "returns for it?")
+CHANGE = "Change the custom backward's gradient for the named parameter: its orientation."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above("final_loss", 0.2)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -19,8 +19,11 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "In Linear.backward, the weight's gradient is grad_out.T @ x (out x in); drop the transpose."
+EVIDENCE = ("The gradient check names the parameter whose backward disagrees with finite "
+            "differences: which layer, which parameter?")
+CHANGE = "Change that layer's backward formula for the weight's gradient: its orientation."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above("final_loss", 0.2)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -20,8 +20,10 @@ EXPECTED = ("CLASS_IMBALANCE",)
 CAUSES = ("CLASS_IMBALANCE",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Re-balance the training set (here: repeat the rare class 20 times) or weight the loss."
+EVIDENCE = "Read validate_data's class counts, then each class's recall, not only the accuracy."
+CHANGE = "Change what training sees: re-balance the classes, or weight the loss by class."
 TARGET = "recall of the rare class >= 0.75 and balanced accuracy >= 0.8"
 SYMPTOM_CHECK = above("train_accuracy", 0.9) & below("rare_recall", 0.6)
 TARGET_CHECK = at_least("rare_recall", 0.75) & at_least("balanced_accuracy", 0.8)

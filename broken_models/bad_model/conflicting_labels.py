@@ -21,8 +21,10 @@ EXPECTED = ("CONFLICTING_LABELS",)
 CAUSES = ("CONFLICTING_LABELS",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Resolve disagreements before merging label passes: keep only the labels both agree on."
+EVIDENCE = "Read validate_data's findings: how many inputs appear twice with different labels?"
+CHANGE = "Change the labels: resolve the passes that disagree before merging them."
 TARGET = "training accuracy >= 0.99 and validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("train_accuracy", 0.97)
 TARGET_CHECK = at_least("train_accuracy", 0.99) & at_least("val_accuracy", 0.9)

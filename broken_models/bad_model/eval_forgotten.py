@@ -23,6 +23,9 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.eval() before every evaluation (and model.train() before training resumes)."
+EVIDENCE = ("Evaluate the same model twice on the validation set: do the answers agree? The "
+            "report says which mode the model was in during evaluation.")
+CHANGE = "Change the evaluation: switch the model to evaluation mode around it."
 TARGET = "validation accuracy >= 0.9, the same answers on every evaluation"
 SYMPTOM_CHECK = above("val_answers_changed", 0)
 TARGET_CHECK = at_least("val_accuracy", 0.9) & at_most("val_answers_changed", 0)

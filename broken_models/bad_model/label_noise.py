@@ -21,8 +21,11 @@ EXPECTED = ("LABEL_NOISE",)
 CAUSES = ("LABEL_NOISE",)
 CONSEQUENCES = ()
 TOOL = "label_issues"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Find the flagged samples with find_label_issues and relabel them (here: use the true labels)."
+EVIDENCE = ("Read find_label_issues' findings: how many samples does it flag, and do their given "
+            "labels match their images?")
+CHANGE = "Change the labels: review and correct the samples confident learning flags."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.88)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -21,8 +21,11 @@ EXPECTED = ("LABELS_SHUFFLED",)
 CAUSES = ("LABELS_SHUFFLED",)
 CONSEQUENCES = ()
 TOOL = "label_issues"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Shuffle inputs and labels with one permutation: x[order], y[order]."
+EVIDENCE = ("Read check_labels_carry_signal's finding: what does held-out balanced accuracy "
+            "reach, against chance, while the training loss falls?")
+CHANGE = "Change how inputs and labels are shuffled: keep each input with its own label."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below(ratio("final_loss", "first_loss"), 0.9) & below("val_accuracy", 0.2)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

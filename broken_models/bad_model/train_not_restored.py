@@ -23,6 +23,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.train() after each validation pass (at the top of every training epoch)."
+EVIDENCE = ("The report says which mode the model was in while it trained; set the training loss "
+            "against what dropout should allow.")
+CHANGE = ("Change the training loop: switch the model back to training mode after each "
+          "validation pass.")
 TARGET = "validation accuracy >= 0.9 with dropout active (training loss stays above 0.02)"
 SYMPTOM_CHECK = below(tail_mean("losses", 10), 0.02)
 TARGET_CHECK = at_least("val_accuracy", 0.9) & at_least(tail_mean("losses", 10), 0.02)

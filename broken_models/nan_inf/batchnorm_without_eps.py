@@ -24,6 +24,9 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."
+EVIDENCE = ("locate_nonfinite names the first operation that went non-finite: which one is it, "
+            "and what was in its denominator for this batch?")
+CHANGE = "Change the hand-written normalisation so that its denominator can never be zero."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
 SYMPTOM_CHECK = not_finite("first_loss")
 TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)

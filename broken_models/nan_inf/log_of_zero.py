@@ -27,6 +27,10 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Clamp the probabilities to [1e-7, 1 - 1e-7] before log (or use nn.BCEWithLogitsLoss)."
+EVIDENCE = ("locate_nonfinite names the first operation that produced a NaN or Inf: which "
+            "operation is it, and what value did it receive?")
+CHANGE = ("Change the loss so that it never takes the log of an exact zero: keep its input off "
+          "the edges, or compute it in log space.")
 TARGET = "validation accuracy >= 0.95 with a finite loss"
 SYMPTOM_CHECK = not_finite("final_loss")
 TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.95)

@@ -25,6 +25,9 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "data_validator"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Drop the empty scans (brightest pixel 0) before normalising each scan by its maximum."
+EVIDENCE = ("Before any training, read validate_data's findings: how many input rows hold NaN or "
+            "Inf, and which ones?")
+CHANGE = "Change the data before training: drop or impute the rows that are not finite."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = not_finite("first_loss")
 TARGET_CHECK = at_least("val_accuracy", 0.9)

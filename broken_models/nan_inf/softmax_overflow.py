@@ -25,6 +25,9 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Subtract the row maximum from the logits before exp (or use F.log_softmax)."
+EVIDENCE = ("locate_nonfinite names the first operation that went non-finite: which one is it, "
+            "and how large were the logits it received?")
+CHANGE = "Change the hand-written softmax so that exp never sees large logits."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
 SYMPTOM_CHECK = not_finite("final_loss")
 TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)

@@ -26,8 +26,12 @@ EXPECTED = ("DEAD_NEURONS",)
 CAUSES = ("DEAD_NEURONS",)
 CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # the layers after the dead ones output constants
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise the biases at 0, not -0.5: with weights this small nothing reaches above it."
+EVIDENCE = ("In the per-layer activation table, read the `dead=` column: which layer's units "
+            "output 0 for every sample, and since which step (the finding's first step)?")
+CHANGE = ("Change how the layers are initialised: PyTorch's default init, or biases that "
+          "start at zero.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above(tail_mean("losses", 10), 2.2)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -29,6 +29,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Compute the transform with torch (torch.log1p) so the graph reaches the encoder."
+EVIDENCE = ("In the per-layer gradient table, find the layers that get no gradient at all; then "
+            "read the forward pass from the output back to where the gradient stops.")
+CHANGE = ("Change the forward pass so that the path from the inputs to the loss stays "
+          "differentiable.")
 TARGET = "validation accuracy >= 0.9"
 REFERENCE = ("image2reverb#37: the generator step used fake.detach(), so the generator's "
              "adversarial gradient was exactly 0")

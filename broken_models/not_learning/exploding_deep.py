@@ -24,11 +24,15 @@ TITLE = "A 10-layer ReLU net drawn from a normal law with a uniform bound as std
 SYMPTOM = ("The first loss is in the hundreds or thousands (a fresh 4-class model starts near "
            "1.4), and within a few steps the loss prints nan; accuracy ends near 25%.")
 EXPECTED = ("EXPLODING_GRADIENT",)
-CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the same blow-up, and the ReLUs it kills
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Draw the weights from U(-b, b) with b = sqrt(6 / fan_in), or N(0, 2 / fan_in): the bound is not a std."
+EVIDENCE = ("In the per-layer activation table, follow the activations' std from the first layer "
+            "to the last: does it stay level, or grow at every layer, from the very first step?")
+CHANGE = ("Change how the weights are initialised: Kaiming's variance-preserving initialisation "
+          "for ReLU layers.")
 TARGET = "validation accuracy >= 0.85"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 50, nonfinite=True) | below(
     "val_accuracy", 0.75, nonfinite=True)

@@ -23,11 +23,16 @@ TITLE = "A vanilla RNN initialised with a std meant for a narrower state"
 SYMPTOM = ("The first loss is over a hundred times the ln(2) = 0.69 of a fresh binary "
            "classifier, and the loss never comes down to 0.5.")
 EXPECTED = ("EXPLODING_GRADIENT",)
-CAUSES = ("EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")
+CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Initialise the recurrent weights orthogonally (gain 1), not from N(0, 0.3^2)."
+EVIDENCE = ("Set the first loss against ln(2), the loss of a fresh two-class classifier; then "
+            "read the rnn layer's activation and gradient sizes in the tables and the first "
+            "finding's evidence: which weights does it name?")
+CHANGE = ("Change how the recurrent weights are initialised (orthogonal, with no gain that "
+          "stretches the hidden state at each step).")
 TARGET = "validation accuracy >= 0.9 and a median loss below 0.5 over the last 10 steps"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 10, nonfinite=True) | at_least(
     tail_median("losses", 10), 0.5, nonfinite=True)

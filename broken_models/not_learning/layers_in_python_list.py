@@ -25,6 +25,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Keep sub-layers in nn.ModuleList (or nn.Sequential), never in a plain list."
+EVIDENCE = ("Read which parameters the report says get gradients that no step applies; then count "
+            "what model.parameters() holds against the layers the forward pass uses.")
+CHANGE = ("Change how the model holds its sub-layers, so that PyTorch registers them as part of "
+          "the model.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.8)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -24,8 +24,12 @@ EXPECTED = ("UNDERFITTING",)
 CAUSES = ("UNDERFITTING",)
 CONSEQUENCES = ()
 TOOL = "overfit"
-LESSON = "Technique 4: overfit one batch"
+LESSON = "4. Overfit one batch"
 FIX = "Add capacity: one hidden layer (2 -> 32 -> 2 with ReLU) is enough."
+EVIDENCE = ("Read the overfit-one-batch result in outcome.findings: can the model memorise even a "
+            "handful of samples? Then plot the two classes: can a straight line separate them?")
+CHANGE = ("Change the model: give it the capacity to draw a boundary that is not a straight "
+          "line.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("train_accuracy", 0.75)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

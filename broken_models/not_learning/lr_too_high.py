@@ -25,8 +25,13 @@ EXPECTED = ("LR_TOO_HIGH",)
 CAUSES = ("LR_TOO_HIGH",)
 CONSEQUENCES = ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS")  # what the blow-up leaves behind
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Use a learning rate that suits AdamW, 3e-3 (the LR finder's range), not SGD's 0.3."
+EVIDENCE = ("In the report, read the first finding's evidence: how far does one update move the "
+            "weights (the update/weight ratio), against the 1e-3 to 1e-2 the lesson calls "
+            "typical? Then read the first losses: do they fall, or jump?")
+CHANGE = ("Change the learning rate: lower it, a factor of ten at a time, until the loss falls "
+          "steadily.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above(tail_mean("losses", 10), 1.5, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

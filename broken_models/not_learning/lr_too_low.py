@@ -24,8 +24,13 @@ EXPECTED = ("LR_TOO_LOW",)
 CAUSES = ("LR_TOO_LOW",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Warm up over a small share of the run (20 steps here), not 20,000 steps."
+EVIDENCE = ("In the report, read the learning rate the optimizer used at the last step against "
+            "the rate the config asks for, and the update/weight ratio: is it the gradients that "
+            "are small, or the steps?")
+CHANGE = ("Change the learning-rate schedule: a warm-up that ends early in the run, not one "
+          "longer than the run.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = above(ratio(tail_mean("losses", 10), head_mean("losses", 10)), 0.95)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

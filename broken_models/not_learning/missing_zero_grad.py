@@ -24,8 +24,12 @@ EXPECTED = ("MISSING_ZERO_GRAD",)
 CAUSES = ("MISSING_ZERO_GRAD",)
 CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS")  # the summed gradient grows without bound
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call optimizer.zero_grad() at the start of every step, before loss.backward()."
+EVIDENCE = ("In the report, follow the gradient norms over the steps (the first finding's "
+            "evidence): do they stay level, or grow step after step while the loss stops "
+            "improving?")
+CHANGE = "Change the loop: clear the gradients once per step, before the backward pass."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = at_least(ratio(tail_mean("losses", 10), head_mean("losses", 10)), 1.0,
                          nonfinite=True)

@@ -24,8 +24,11 @@ EXPECTED = ("PARAMS_NOT_UPDATED",)
 CAUSES = ("PARAMS_NOT_UPDATED",)
 CONSEQUENCES = ("MISSING_ZERO_GRAD", "EXPLODING_GRADIENT")  # optimizer.zero_grad() never clears the new head
 TOOL = "monitor"
-LESSON = "Technique 4: overfit one batch"
+LESSON = "4. Overfit one batch"
 FIX = "Build the optimizer after the model is final (after replacing the head)."
+EVIDENCE = ("Read which layer the report says gets gradients that no optimizer step applies, then "
+            "look at when the optimizer was built, against when that layer was made.")
+CHANGE = "Change the order of the set-up: build the optimizer once the model is final."
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.3)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

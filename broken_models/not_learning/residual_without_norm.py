@@ -25,8 +25,13 @@ EXPECTED = ("EXPLODING_ACTIVATIONS",)
 CAUSES = ("EXPLODING_ACTIVATIONS", "NO_GRADIENT")  # the unused norm gets no gradient: it names the bug too
 CONSEQUENCES = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the blow-up and what it leaves
 TOOL = "monitor"
-LESSON = "Technique 2: activation statistics"
+LESSON = "2. Activation statistics"
 FIX = "Call the block's LayerNorm in forward (pre-norm: x + f(norm(x)))."
+EVIDENCE = ("In the per-layer activation table, follow the std block after block through the "
+            "residual blocks: how does it grow, at the first step already, although each layer's "
+            "weights look ordinary?")
+CHANGE = ("Change the blocks' forward pass so that every residual branch gets normalised input: "
+          "use the normalisation each block builds.")
 TARGET = "validation accuracy >= 0.85"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 100, nonfinite=True)
 TARGET_CHECK = at_least("val_accuracy", 0.85)

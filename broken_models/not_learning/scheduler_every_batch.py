@@ -23,8 +23,13 @@ EXPECTED = ("LR_DECAYED",)
 CAUSES = ("LR_DECAYED",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Call scheduler.step() once per epoch, after the batch loop."
+EVIDENCE = ("Read the learning rate the report says the optimizer ends with against the one it "
+            "starts with, and count how often the scheduler stepped against the epochs it was "
+            "sized for.")
+CHANGE = ("Change how often the learning-rate scheduler steps: once per epoch, as its period "
+          "assumes.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.8)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -25,8 +25,12 @@ EXPECTED = ("UNNORMALIZED_INPUTS",)
 CAUSES = ("UNNORMALIZED_INPUTS",)
 CONSEQUENCES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT", "LR_TOO_HIGH", "NAN_OR_INF", "DEAD_NEURONS")  # the blow-up and its aftermath
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Train on the standardised inputs ((x - mean) / std, with training-split statistics)."
+EVIDENCE = ("Set the first loss against ln(10), the loss of a fresh ten-class classifier; then "
+            "look at the inputs themselves: their mean and std per feature.")
+CHANGE = ("Change the inputs before training: standardise each feature with the training "
+          "split's statistics.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = at_least(metric("first_loss", log=True), 10, nonfinite=True) | below(
     "val_accuracy", 0.9, nonfinite=True)

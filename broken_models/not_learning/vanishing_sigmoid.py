@@ -24,8 +24,13 @@ EXPECTED = ("VANISHING_GRADIENT",)
 CAUSES = ("VANISHING_GRADIENT",)
 CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # the deep layers' outputs no longer depend on the input
 TOOL = "monitor"
-LESSON = "Technique 3: gradient flow"
-FIX = "Use ReLU with Kaiming initialisation (or add normalisation or residual connections)."
+LESSON = "3. Gradient flow"
+FIX = "Use ReLU with Kaiming initialisation (or add residual connections)."
+EVIDENCE = ("In the per-layer gradient table, compare the first layers' gradient norms with the "
+            "last layers': how many orders of magnitude apart are they, and which activation sits "
+            "between the layers?")
+CHANGE = ("Change the activation (ReLU with Kaiming initialisation), or give the gradient a "
+          "shortcut around the layers (residual connections).")
 TARGET = "validation accuracy >= 0.85"
 SYMPTOM_CHECK = below("val_accuracy", 0.5)
 TARGET_CHECK = at_least("val_accuracy", 0.85)

@@ -24,6 +24,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call optimizer.zero_grad() before loss.backward(), never between backward() and step()."
+EVIDENCE = ("Print the loss at every step: does any value change? Then read which parameters the "
+            "report says get gradients that no step applies.")
+CHANGE = ("Change the order of the calls in the loop: clear the gradients before the backward "
+          "pass, never between it and the step.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.3)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -25,6 +25,10 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call optimizer.zero_grad() once per optimizer step, outside the micro-batch loop."
+EVIDENCE = ("In the report, read how many backward passes each optimizer step had, and what "
+            "happened to the gradients between them.")
+CHANGE = ("Change where the gradients are cleared: once per optimizer step, not between the "
+          "micro-batches it accumulates.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.8)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -25,8 +25,13 @@ EXPECTED = ("SYMMETRIC_WEIGHTS",)
 CAUSES = ("SYMMETRIC_WEIGHTS",)
 CONSEQUENCES = ("COLLAPSED_ACTIVATIONS",)  # identical units give identical (zero) outputs
 TOOL = "monitor"
-LESSON = "Symptom 1: the loss does not decrease"
+LESSON = "Symptom 1: the loss does not go down"
 FIX = "Zero only the head (the last layer); keep the hidden layers' random initialisation."
+EVIDENCE = ("In the per-layer activation table, read the hidden layers' across-batch std; then "
+            "compare the rows of a hidden layer's weight: how many different units does the layer "
+            "really have?")
+CHANGE = ("Change how the weights are initialised: random (PyTorch's default init), so that the "
+          "units start different.")
 TARGET = "validation accuracy >= 0.9"
 SYMPTOM_CHECK = below("val_accuracy", 0.25)
 TARGET_CHECK = at_least("val_accuracy", 0.9)

@@ -23,6 +23,9 @@ CONSEQUENCES = ("EXPLODING_ACTIVATIONS",)  # the logits grow without limit: that
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Add nn.LogSoftmax(dim=1) before NLLLoss (or use CrossEntropyLoss on the logits)."
+EVIDENCE = ("In the report, read what NLLLoss was fed: the range of its inputs (log-probabilities "
+            "are never above 0) and the sign of the loss.")
+CHANGE = "Change what the loss is fed: log-probabilities, not raw scores."
 TARGET = "validation accuracy >= 0.9 and a non-negative loss"
 SYMPTOM_CHECK = below("final_loss", 0)
 TARGET_CHECK = at_least("val_accuracy", 0.9) & at_least("final_loss", 0)

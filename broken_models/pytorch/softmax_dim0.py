@@ -23,6 +23,9 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Normalise over the classes: nn.LogSoftmax(dim=1) (or dim=-1)."
+EVIDENCE = ("In the report, read over which dimension the softmax before the loss normalised, and "
+            "set the loss against what the accuracy suggests.")
+CHANGE = "Change the dimension the softmax normalises over."
 TARGET = "validation accuracy >= 0.9 and a training loss below 0.5"
 SYMPTOM_CHECK = above("final_loss", 1.0)
 TARGET_CHECK = at_least("val_accuracy", 0.9) & below("final_loss", 0.5)

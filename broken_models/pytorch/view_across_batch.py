@@ -25,6 +25,9 @@ CONSEQUENCES = ()
 TOOL = "batch_independence"
 LESSON = "Common PyTorch bugs"
 FIX = "Use x.transpose(0, 1) (or permute) to move the batch axis, never view/reshape."
+EVIDENCE = ("Read check_batch_independence's findings: does one sample's output change when "
+            "another sample of its batch changes?")
+CHANGE = "Change how the axes are moved: a transposition, not a reshape."
 TARGET = "validation accuracy >= 0.95"
 SYMPTOM_CHECK = below("val_accuracy", 0.9)
 TARGET_CHECK = at_least("val_accuracy", 0.95)
