@@ -393,6 +393,64 @@ def test_activation_growth_edge_is_a_hundredfold_above_an_rms_of_ten():
     assert rules.rule_activation_scale(output, TH) == []
 
 
+def test_a_blow_up_that_ended_in_nan_is_read_from_its_last_finite_record():
+    """Activations that explode and then turn NaN within the recent records: the rule used to
+    skip the layer, and a 10-layer net drawn at sqrt(3) times Kaiming's scale showed only
+    LR_TOO_HIGH (exploding_deep)."""
+    nan = float("nan")
+    hist = [record(0, layers={"a": layer(std=5.0), "out": layer()}),
+            record(1, layers={"a": layer(std=2000.0), "out": layer()}),
+            record(2, layers={"a": layer(std=nan), "out": layer(std=nan)})]
+    found = rules.rule_activation_scale(Evidence(history=hist, layer_order=["a", "out"]), TH)
+    assert codes(found) == ["EXPLODING_ACTIVATIONS"] and found[0].evidence["rms"] == 2000.0
+    assert found[0].step == 1                        # the record where it crossed
+
+
+def test_exploding_activations_are_dated_where_they_first_crossed():
+    hist = [record(s * 10, layers={"a": layer(std=std), "out": layer()})
+            for s, std in enumerate([1.0, 1.0, 1500.0] + [1500.0] * 10)]
+    found = rules.rule_activation_scale(Evidence(history=hist, layer_order=["a", "out"]), TH)
+    assert found[0].step == 20                       # not the first of the recent records
+
+
+def _init(scale: float, fan_in: int = 100, layer_name: str = "a") -> dict:
+    """A weight whose rms times sqrt(fan_in) is `scale` (numel fan_in * 10)."""
+    numel = fan_in * 10
+    return param(weight=scale / math.sqrt(fan_in) * math.sqrt(numel), numel=numel,
+                 fan_in=fan_in, layer=layer_name)
+
+
+def test_weights_that_start_too_large_explode_the_activations_from_the_start():
+    """Before any update acts: the report roots EXPLODING_ACTIVATIONS, not a rate too high seen
+    at the first step (the weights' scale, not the rate, is what to change)."""
+    from lesson.findings import Finding, sort_findings
+
+    def run(scale):
+        hist = [record(0, params={"a.weight": _init(scale)},
+                       layers={"a": layer(std=800.0), "out": layer()}),
+                record(1, params={"a.weight": _init(scale)},
+                       layers={"a": layer(std=9000.0), "out": layer()})]
+        ev = Evidence(history=hist, layer_order=["a", "out"], layer_kinds={"a": "Linear"})
+        return rules.rule_activation_scale(ev, TH)[0]
+
+    large = run(2.45)                                # sqrt(6): a uniform bound used as a std
+    assert large.step is None and "start too large" in large.advice
+    lr = Finding("LR_TOO_HIGH", "updates overshoot", step=0)
+    assert [f.code for f in sort_findings([lr, large])] == ["EXPLODING_ACTIVATIONS", "LR_TOO_HIGH"]
+    kaiming = run(1.41)
+    assert kaiming.step == 1 and "start too large" not in kaiming.advice
+
+
+def test_an_embedding_table_is_not_a_weight_that_starts_too_large():
+    """nn.Embedding draws N(0, 1): its rms times sqrt(dim) is large, but it multiplies no input."""
+    hist = [record(0, params={"emb.weight": _init(8.0, layer_name="emb")},
+                   layers={"emb": layer(), "a": layer(std=5000.0), "out": layer()})]
+    ev = Evidence(history=hist, layer_order=["emb", "a", "out"],
+                  layer_kinds={"emb": "Embedding", "a": "Linear"})
+    found = rules.rule_activation_scale(ev, TH)[0]
+    assert "start too large" not in found.advice and found.evidence["weight_scale"] == 0.0
+
+
 def test_activation_scale_skips_nonfinite_layers_and_runs_without_activations():
     nan = scale_evidence({"a": layer(std=float("nan")), "out": layer()})
     assert rules.rule_activation_scale(nan, TH) == []
