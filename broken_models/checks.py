@@ -237,7 +237,9 @@ class Finite(Check):
         return f"{self.key} is {'finite' if self.want else 'NaN or inf'}"
 
     def values(self, metrics: Metrics) -> str:
-        return f"{self.key} {metrics[self.key]!r} (needs to be {'finite' if self.want else 'NaN or inf'})"
+        value = metrics[self.key]
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else repr(value)
+        return f"{self.key} {shown} (needs to be {'finite' if self.want else 'NaN or inf'})"
 
 
 def finite(key: str) -> Finite:

@@ -331,6 +331,8 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
                             "NAN_OR_INF", "DEAD_NEURONS"),
     "SYMMETRIC_WEIGHTS": ("COLLAPSED_ACTIVATIONS",),
     "VANISHING_GRADIENT": ("COLLAPSED_ACTIVATIONS",),
+    # units that output 0 for every sample leave the layers after them a constant input
+    "DEAD_NEURONS": ("COLLAPSED_ACTIVATIONS",),
     "LOSS_SHAPE_MISMATCH": ("DEAD_NEURONS",),
     "OUTPUT_RANGE_MISMATCH": ("DEAD_NEURONS",),
     "NLL_WITHOUT_LOG_SOFTMAX": ("EXPLODING_ACTIVATIONS",),

@@ -46,6 +46,10 @@ def test_nan_meets_a_bound_only_when_the_bound_says_so():
     assert not learned(nan) and learned.margin(nan) == -math.inf
     assert not_finite("final_loss")(nan) and not finite("final_loss")(nan)
     assert finite("final_loss").margin({"final_loss": 1.0}) == math.inf
+    # the value reads as a number a student compares, not Python's repr of a float
+    assert finite("final_loss").values({"final_loss": 0.0031918007880449295}) == \
+        "final_loss 0.003192 (needs to be finite)"
+    assert finite("final_loss").values(nan) == "final_loss nan (needs to be finite)"
 
 
 def test_and_takes_the_smallest_margin_or_the_largest():

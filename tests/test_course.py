@@ -43,6 +43,9 @@ def D(case: str, old: str, new: str) -> tuple[str, str]:
 #: (old, new) replacement in the solution's source, or ("broken", case, edits): the
 #: catalogue's broken script with small edits, renamed as the student's repair. Answers given to
 #: one student target test cells that do not call each other's functions.
+#: a learning rate divided by 10 after the optimizer is built, however the script sets it
+LOWER_RATE = ("    with NetworkDebugger(", "    for group in optimizer.param_groups:\n"
+              "        group[\"lr\"] /= 10\n    with NetworkDebugger(")
 WRONG: list[tuple[str, str, str, object, str]] = [
     ("wrong", "ex1_exploding_gradients", "exploding_steps",  # off-by-one threshold
      ("if total_grad_norm(r) > threshold", "if total_grad_norm(r) >= threshold"),
@@ -83,14 +86,14 @@ WRONG: list[tuple[str, str, str, object, str]] = [
     ("wrong", "clinic1_not_learning", L("missing_zero_grad"),  # a consequence, not the cause
      D("missing_zero_grad", "MISSING_ZERO_GRAD", "LR_TOO_HIGH"), T("missing_zero_grad", "diagnosis")),
     ("wrong", "clinic1_not_learning", L("dead_relu"),  # lowers the learning rate, keeps the bug
-     ("broken", "dead_relu", [("lr=1e-2", "lr=1e-3")]), T("dead_relu", "repair")),
+     ("broken", "dead_relu", [LOWER_RATE]), T("dead_relu", "repair")),
     ("wrong", "clinic2_nan_inf", L("log_of_zero"),  # turns the NaN into 0: silences the symptom
-     ("broken", "log_of_zero", [("return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()",
-                                 "return torch.nan_to_num(-(y * torch.log(p) + (1 - y) * "
+     ("broken", "log_of_zero", [("return -(", "return torch.nan_to_num(-("),
+                                ("torch.log(1 - p)).mean()",
                                  "torch.log(1 - p)).mean(), nan=0.0, posinf=0.0)")]),
      T("log_of_zero", "repair")),
     ("wrong2", "clinic2_nan_inf", L("log_of_zero"),  # a lower rate: the log meets no 0 in time
-     ("broken", "log_of_zero", [("lr=0.05", "lr=0.005")]), T("log_of_zero", "repair")),
+     ("broken", "log_of_zero", [LOWER_RATE]), T("log_of_zero", "repair")),
     ("wrong", "clinic2_nan_inf", L("softmax_overflow"),  # skips the steps whose loss is Inf
      ("broken", "softmax_overflow", [("break  # stop at the first NaN, before it reaches the "
                                       "weights", "continue")]), T("softmax_overflow", "repair")),

@@ -170,10 +170,12 @@ def test_symptom_hiders_fail_on_the_hidden_seeds(name, hider):
 
 
 def test_the_high_rate_kept_with_clipping_fails_and_says_the_rate_is_still_there():
-    """The issue's example: lr kept at 10, clipping added. The run looks healthy."""
+    """The issue's example: the rate kept, clipping added (it passed when the case's rate was
+    10: the run looked healthy). Refused, with the broken rate named as what is still there."""
     case = CATALOGUE["lr_too_high"]
     clip = next(h for h in HIDERS if h.name == "clip_gradients")
     verdict = judge_repair(case, edited(case, [clip]), VISIBLE_SEED)
-    assert verdict.run.healthy and not verdict.passed
-    assert [c.kind for c in verdict.hiding] == ["clipping"]
-    assert verdict.cause_left and "still there: the learning rate of SGD, 10" in verdict.message
+    assert not verdict.passed and [c.kind for c in verdict.hiding] == ["clipping"]
+    broken = reference("lr_too_high", VISIBLE_SEED).broken_setup.optimizers[0]
+    assert verdict.cause_left and (f"still there: the learning rate of {broken.kind}, "
+                                   f"{broken.lrs[0]:.4g}") in verdict.message, verdict.message

@@ -216,8 +216,19 @@ def test_lr_too_high_evidence_and_first_step():
     found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.5, 1.2],
                                             lrs=[(0, 0.5), (20, 0.7)]), TH)
     assert found[0].step == 10
-    assert found[0].evidence == {"max_update_ratio": 2.0, "loss_first": 1.0, "loss_max": 1.5,
-                                 "loss_last": 1.2, "lr": 0.7}
+    assert found[0].evidence == {"max_update_ratio": 2.0, "first_update_ratio": 0.001,
+                                 "loss_first": 1.0, "loss_max": 1.5, "loss_last": 1.2, "lr": 0.7}
+    # the first step's ratio (before a blow-up grows the weights) sizes the advice: 0.001 is
+    # below the ratio that trains, so no factor is named
+    assert "10x at a time" in found[0].advice and "expect" not in found[0].advice
+
+
+def test_lr_too_high_advice_names_the_factor_the_first_ratio_asks_for():
+    hist = [record(0, params={"w": param(update_ratio=1.0)}),
+            record(10, params={"w": param(update_ratio=2.0)})]
+    found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.5, 1.2]), TH)
+    assert found[0].evidence["first_update_ratio"] == 1.0
+    assert "where about 0.01 trains, so expect about 100x" in found[0].advice
 
 
 # -- LR_TOO_LOW ----------------------------------------------------------------------------------
@@ -369,6 +380,21 @@ def test_exploding_activation_edge_is_an_rms_of_a_thousand():
     assert codes(rules.rule_activation_scale(output_too, TH)) == ["EXPLODING_ACTIVATIONS"]
 
 
+def test_activations_large_from_the_start_with_idle_norms_are_told_to_call_them():
+    """Weights at a variance-preserving scale, activations huge from the first record: with
+    normalisation layers built and never run, the advice names them and says to call them;
+    without, what adds up needs normalisation."""
+    huge = {"a": layer(std=5000.0), "out": layer()}
+    plain = rules.rule_activation_scale(scale_evidence(huge), TH)[0]
+    assert "needs normalisation" in plain.advice
+    idle = scale_evidence(huge)
+    idle.never_grad, idle.layer_kinds = ["b.norm.weight"], {"b.norm": "LayerNorm", "a": "Linear"}
+    advice = rules.rule_activation_scale(idle, TH)[0].advice
+    assert "normalisation layers that never run (b.norm): call them in forward" in advice
+    idle.layer_kinds["b.norm"] = "Dropout"                  # not a normalisation
+    assert "needs normalisation" in rules.rule_activation_scale(idle, TH)[0].advice
+
+
 def test_activation_growth_edge_is_a_hundredfold_above_an_rms_of_ten():
     grew = scale_evidence({"a": layer(std=101.0), "out": layer()},
                           {"a": layer(std=1.0), "out": layer()})
@@ -382,6 +408,64 @@ def test_activation_growth_edge_is_a_hundredfold_above_an_rms_of_ten():
     output = scale_evidence({"a": layer(), "out": layer(std=101.0)},
                             {"a": layer(), "out": layer(std=1.0)})
     assert rules.rule_activation_scale(output, TH) == []
+
+
+def test_a_blow_up_that_ended_in_nan_is_read_from_its_last_finite_record():
+    """Activations that explode and then turn NaN within the recent records: the rule used to
+    skip the layer, and a 10-layer net drawn at sqrt(3) times Kaiming's scale showed only
+    LR_TOO_HIGH (exploding_deep)."""
+    nan = float("nan")
+    hist = [record(0, layers={"a": layer(std=5.0), "out": layer()}),
+            record(1, layers={"a": layer(std=2000.0), "out": layer()}),
+            record(2, layers={"a": layer(std=nan), "out": layer(std=nan)})]
+    found = rules.rule_activation_scale(Evidence(history=hist, layer_order=["a", "out"]), TH)
+    assert codes(found) == ["EXPLODING_ACTIVATIONS"] and found[0].evidence["rms"] == 2000.0
+    assert found[0].step == 1                        # the record where it crossed
+
+
+def test_exploding_activations_are_dated_where_they_first_crossed():
+    hist = [record(s * 10, layers={"a": layer(std=std), "out": layer()})
+            for s, std in enumerate([1.0, 1.0, 1500.0] + [1500.0] * 10)]
+    found = rules.rule_activation_scale(Evidence(history=hist, layer_order=["a", "out"]), TH)
+    assert found[0].step == 20                       # not the first of the recent records
+
+
+def _init(scale: float, fan_in: int = 100, layer_name: str = "a") -> dict:
+    """A weight whose rms times sqrt(fan_in) is `scale` (numel fan_in * 10)."""
+    numel = fan_in * 10
+    return param(weight=scale / math.sqrt(fan_in) * math.sqrt(numel), numel=numel,
+                 fan_in=fan_in, layer=layer_name)
+
+
+def test_weights_that_start_too_large_explode_the_activations_from_the_start():
+    """Before any update acts: the report roots EXPLODING_ACTIVATIONS, not a rate too high seen
+    at the first step (the weights' scale, not the rate, is what to change)."""
+    from lesson.findings import Finding, sort_findings
+
+    def run(scale):
+        hist = [record(0, params={"a.weight": _init(scale)},
+                       layers={"a": layer(std=800.0), "out": layer()}),
+                record(1, params={"a.weight": _init(scale)},
+                       layers={"a": layer(std=9000.0), "out": layer()})]
+        ev = Evidence(history=hist, layer_order=["a", "out"], layer_kinds={"a": "Linear"})
+        return rules.rule_activation_scale(ev, TH)[0]
+
+    large = run(2.45)                                # sqrt(6): a uniform bound used as a std
+    assert large.step is None and "start too large" in large.advice
+    lr = Finding("LR_TOO_HIGH", "updates overshoot", step=0)
+    assert [f.code for f in sort_findings([lr, large])] == ["EXPLODING_ACTIVATIONS", "LR_TOO_HIGH"]
+    kaiming = run(1.41)
+    assert kaiming.step == 1 and "start too large" not in kaiming.advice
+
+
+def test_an_embedding_table_is_not_a_weight_that_starts_too_large():
+    """nn.Embedding draws N(0, 1): its rms times sqrt(dim) is large, but it multiplies no input."""
+    hist = [record(0, params={"emb.weight": _init(8.0, layer_name="emb")},
+                   layers={"emb": layer(), "a": layer(std=5000.0), "out": layer()})]
+    ev = Evidence(history=hist, layer_order=["emb", "a", "out"],
+                  layer_kinds={"emb": "Embedding", "a": "Linear"})
+    found = rules.rule_activation_scale(ev, TH)[0]
+    assert "start too large" not in found.advice and found.evidence["weight_scale"] == 0.0
 
 
 def test_activation_scale_skips_nonfinite_layers_and_runs_without_activations():
@@ -522,6 +606,24 @@ def test_no_gradient_needs_a_backward_pass_or_a_step():
         "NO_GRADIENT"]
     assert rules.rule_no_gradient(Evidence(never_grad=["w"]), TH) == []
     assert rules.rule_no_gradient(Evidence(backwards=3), TH) == []
+
+
+def test_no_gradient_on_layers_that_never_ran_says_to_call_them():
+    """A layer built in __init__ and never called in forward gets no gradient: the advice is to
+    call it, not the generic "remove the detach on the path to the loss"."""
+    kinds = {"0": "Linear", "1.norm": "LayerNorm", "2.norm": "LayerNorm", "1.f.0": "Linear"}
+    idle = Evidence(never_grad=["1.norm.weight", "1.norm.bias", "2.norm.weight"], backwards=3,
+                    layer_kinds=kinds, layer_order=["0", "1.f.0#32"])
+    found = rules.rule_no_gradient(idle, TH)
+    assert found[0].evidence["never_run"] == ["1.norm", "2.norm"]
+    assert found[0].advice.startswith("They belong to layers that never ran in forward "
+                                      "(1.norm, 2.norm)")
+    cut = Evidence(never_grad=["0.weight"], backwards=3, layer_kinds=kinds, layer_order=["0"])
+    found = rules.rule_no_gradient(cut, TH)      # it ran: the path to the loss is cut
+    assert found[0].evidence["never_run"] == [] and "detach" in found[0].advice
+    many = Evidence(never_grad=[f"{i}.norm.weight" for i in range(5)], backwards=1,
+                    layer_kinds={f"{i}.norm": "BatchNorm1d" for i in range(5)})
+    assert "(0.norm, 1.norm, 2.norm and 2 more)" in rules.rule_no_gradient(many, TH)[0].advice
 
 
 # -- EVAL_MODE_DURING_TRAINING and TRAIN_MODE_DURING_EVAL ----------------------------------------

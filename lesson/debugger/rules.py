@@ -577,6 +577,10 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
             continue
         last = seen[-1]
         if not all(math.isfinite(_rms(s)) for s in seen):
+            # a blow-up that ended in NaN/Inf: its size is read from the last finite record
+            before = _last_finite(ev, name)
+            if before is not None and _explodes(name, before, first_layers, th, output_layer):
+                exploding.append((name, _rms(before), _growth(name, before, first_layers)))
             continue
         if last["dead_fraction"] is not None and last["dead_fraction"] >= 0.999:
             upstream_dead = True
@@ -590,12 +594,8 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
                   and r["layers"][name]["sample_std"] is not None]
         if not upstream_dead and judged and all(is_collapsed(s) for s in judged):
             collapsed.append((name, judged[-1]))
-        rms = _rms(last)
-        start = _rms(first_layers[name]) if name in first_layers else rms
-        growth = rms / start if start > 0 else 1.0
-        grew = growth >= th.activation_growth and rms > 10 and name != output_layer
-        if rms >= th.exploding_activation_rms or grew:
-            exploding.append((name, rms, growth))
+        if _explodes(name, last, first_layers, th, output_layer):
+            exploding.append((name, _rms(last), _growth(name, last, first_layers)))
     if collapsed:
         first, s = collapsed[0]
         one_unit_softmax = (s.get("kind", "").lower() == "softmax" and s["act_mean"] == 1.0
@@ -620,18 +620,63 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
                            evidence={"rms": _sig(rms), "growth": _sig(growth),
                                      "layers": [n for n, _, _ in exploding],
                                      "largest_weight": big, "weight_scale": _sig(scale)},
-                           step=recs[0]["step"],
+                           # weights that start too large explode the activations before
+                           # any update acts: from the start (a rate too high can only follow)
+                           step=None if _too_large_init(ev, th, big, scale)[0] else
+                           _first_exploding(ev, [n for n, _, _ in exploding], th,
+                                            output_layer),
                            advice=_exploding_advice(ev, th, big, scale, growth)))
     return out
 
 
+def _growth(name: str, s: dict[str, Any], first_layers: dict[str, Any]) -> float:
+    """How many times the layer's rms in `s` is its rms at the first record."""
+    start = _rms(first_layers[name]) if name in first_layers else _rms(s)
+    return _rms(s) / start if start > 0 else 1.0
+
+
+def _explodes(name: str, s: dict[str, Any], first_layers: dict[str, Any], th: Thresholds,
+              output_layer: str | None) -> bool:
+    """Is the layer's output in `s` exploding: an rms above `exploding_activation_rms`, or
+    grown `activation_growth` times since the first record (never the output layer's growth:
+    a classifier that fits drives its logits up on purpose)?"""
+    rms = _rms(s)
+    grew = (_growth(name, s, first_layers) >= th.activation_growth and rms > 10
+            and name != output_layer)
+    return rms >= th.exploding_activation_rms or grew
+
+
+def _last_finite(ev: Evidence, name: str) -> dict[str, Any] | None:
+    """The layer's statistics at the last record where they were finite."""
+    return next((r["layers"][name] for r in reversed(ev.history)
+                 if name in r.get("layers", {}) and math.isfinite(_rms(r["layers"][name]))),
+                None)
+
+
+def _first_exploding(ev: Evidence, names: list[str], th: Thresholds,
+                     output_layer: str | None) -> int | None:
+    """The step of the first record where one of `names` was exploding; None when that is the
+    first record with activations: measured in the first forward pass, before any update
+    could act, so from the start (a rate too high can only follow it)."""
+    recs = [r for r in ev.history if r.get("layers")]
+    first_layers = recs[0]["layers"] if recs else {}
+    for i, rec in enumerate(recs):
+        if any(n in rec["layers"] and math.isfinite(_rms(rec["layers"][n]))
+               and _explodes(n, rec["layers"][n], first_layers, th, output_layer)
+               for n in names):
+            return None if i == 0 else rec["step"]
+    return recs[-1]["step"] if recs else None
+
+
 def _init_scales(ev: Evidence) -> dict[str, float]:
-    """Each weight's (2-D or more) first recorded rms times sqrt(fan_in): sqrt(2) for
-    Kaiming's ReLU init, 0.58 for PyTorch's default, an orthogonal matrix's gain."""
+    """Each weight's (2-D or more, embeddings aside) first recorded rms times sqrt(fan_in):
+    sqrt(2) for Kaiming's ReLU init, 0.58 for PyTorch's default, an orthogonal matrix's gain."""
     rec = next((r for r in ev.history if r.get("params")), None)
     out = {}
     for n, p in (rec["params"].items() if rec else []):
         fan_in, numel, norm = p.get("fan_in"), p.get("numel"), p.get("weight_norm")
+        if ev.layer_kinds.get(p.get("layer", layer_of(n)), "").startswith("Embedding"):
+            continue           # a lookup table (N(0, 1) by default): it multiplies no input
         if p.get("ndim", 0) >= 2 and fan_in and numel and _finite(norm):
             out[n] = norm / math.sqrt(numel) * math.sqrt(fan_in)
     return out
@@ -644,15 +689,23 @@ def _largest_init(ev: Evidence) -> tuple[str | None, float]:
     return big, scales.get(big, 0.0) if big is not None else 0.0
 
 
-def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: float,
-                      growth: float) -> str:
-    """What to change for activations that explode: the weight that starts too large, or,
-    with weights at a variance-preserving scale, what adds up inside the network."""
+def _too_large_init(ev: Evidence, th: Thresholds, big: str | None,
+                    scale: float) -> tuple[str | None, float]:
+    """The weight that starts too large (a recurrent matrix that stretches the state first,
+    else the largest, `big` at `scale`), and its scale; (None, 0.0) when none does."""
     recurrent = {n: v for n, v in _init_scales(ev).items() if "weight_hh" in n}
     if recurrent and max(recurrent.values()) >= th.init_scale:   # the state's own stretch
         big = max(recurrent, key=recurrent.get)
         scale = recurrent[big]
-    if big is not None and scale >= th.init_scale:
+    return (big, scale) if big is not None and scale >= th.init_scale else (None, 0.0)
+
+
+def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: float,
+                      growth: float) -> str:
+    """What to change for activations that explode: the weight that starts too large, or,
+    with weights at a variance-preserving scale, what adds up inside the network."""
+    big, scale = _too_large_init(ev, th, big, scale)
+    if big is not None:
         if "weight_hh" in big:
             return (f"The recurrent weights {big} stretch the state about {scale:.2g}x per time "
                     "step from the start: re-initialise them orthogonally with a gain of at "
@@ -665,6 +718,12 @@ def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: floa
         return (f"The weights start too large: {len(large)} of {len(scales)} weight matrices "
                 f"start {min(scales[n] for n in large) / unit:.2g}x to {scale / unit:.2g}x the "
                 f"scale of {init}'s init (largest: {big}). Initialise them with {init}.")
+    idle_norms = [n for n in never_run(ev) if ev.layer_kinds.get(n, "").endswith(_NORMS)]
+    if growth < th.activation_growth and idle_norms:
+        return ("The activations are this large from the first step although the weights start "
+                "at a variance-preserving scale, and the network builds normalisation layers "
+                f"that never run ({_names(idle_norms)}): call them in forward, on the input of "
+                "what adds up (in a residual block, x + f(norm(x))).")
     if growth < th.activation_growth:
         return ("The activations are this large from the first step although the weights start "
                 "at a variance-preserving scale: what adds up inside the network needs "
@@ -810,11 +869,34 @@ def rule_no_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
     if not ev.never_grad or (ev.backwards == 0 and ev.optimizer_steps == 0):
         return []
     first = ev.never_grad[0]
+    idle = never_run(ev)
     return [Finding("NO_GRADIENT",
                     f"{len(ev.never_grad)} trainable tensor(s) never received a gradient after "
                     f"{max(ev.backwards, ev.optimizer_steps)} backward passes (e.g. {first})",
                     layer=layer_of(first) or None,
-                    evidence={"params": ev.never_grad[:20], "backwards": ev.backwards})]
+                    evidence={"params": ev.never_grad[:20], "backwards": ev.backwards,
+                              "never_run": idle[:20]},
+                    advice=f"They belong to layers that never ran in forward ({_names(idle)}): "
+                           "built in __init__, never called. Call each where it belongs in "
+                           "forward, or remove it." if idle else "")]
+
+
+#: layer kinds that normalise (by class name: BatchNorm1d, LayerNorm, GroupNorm, RMSNorm, ...)
+_NORMS = ("Norm", "Norm1d", "Norm2d", "Norm3d")
+
+
+def never_run(ev: Evidence) -> list[str]:
+    """The layers holding a tensor that never got a gradient which the debugger watched but
+    never saw run forward (a layer built in __init__ and never called), in model order."""
+    ran = {name.partition("#")[0] for name in ev.layer_order}
+    owners = dict.fromkeys(layer_of(p) for p in ev.never_grad)
+    return [n for n in owners if n in ev.layer_kinds and n not in ran]
+
+
+def _names(layers: list[str], most: int = 3) -> str:
+    """A few layer names, and how many more ("1.norm, 2.norm, 3.norm and 27 more")."""
+    shown = ", ".join(layers[:most])
+    return shown + (f" and {len(layers) - most} more" if len(layers) > most else "")
 
 
 def rule_modes(ev: Evidence, th: Thresholds) -> list[Finding]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -141,6 +142,9 @@ def judge_repair(case: Any, repair: Callable[..., Any], seed: int,
     broken, fixed = reference_setups(case.name, ref)
     mine = into.get("setup", RunSetup())
     changes = setup_changes(broken, fixed, mine, seeds=(ref, ref, seed))
+    if _stopped_at_its_nan(run, broken, fixed):
+        # the script's own stop at the first NaN, as the broken one stops: not a cut loop
+        changes = [c for c in changes if c.kind != "fewer_steps"]
     real = [c for c in changes if c.kind in case.real_fixes]
     hiding = [c for c in changes if c.kind not in case.real_fixes]
     cause_left, by_settings = ([], False) if real else _cause_left(case, broken, fixed, mine,
@@ -162,6 +166,14 @@ def judge_repair(case: Any, repair: Callable[..., Any], seed: int,
         lines.append("  still there: the cause the catalogue's fix removes; the change above "
                      "only keeps it from showing in this run.")
     return RepairVerdict(passed, "\n".join(lines), seed, run, [], hiding, real, refused_cause)
+
+
+def _stopped_at_its_nan(run: Any, broken: RunSetup, fixed: RunSetup) -> bool:
+    """Did the repair's run end on a NaN/Inf loss, in a script that stops there (the broken
+    script steps fewer times than the fixed one: it leaves the loop at its NaN)?"""
+    steps = lambda s: sum(o.steps for o in s.optimizers)  # noqa: E731
+    losses = list(getattr(run.debugger, "loss_history", None) or [])
+    return steps(broken) < steps(fixed) and bool(losses) and not math.isfinite(losses[-1])
 
 
 def _headline(passed: bool, run: Any, hiding: list[Change], cause_left: list[str],
