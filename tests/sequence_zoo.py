@@ -221,18 +221,68 @@ def train_encoder(seed: int, *, steps: int = 80, pad: int = 0, lr: float = 2e-3,
 # -- a GRU tagger over padded sentences --------------------------------------------------------------
 class GRUTagger(nn.Module):
     def __init__(self, vocab: int, tags: int, pad: int, d: int = 32, bidirectional: bool = False,
-                 read_last: bool = False, batch_first: bool = True) -> None:
+                 batch_first: bool = True) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d, padding_idx=pad)
         self.rnn = nn.GRU(d, d, batch_first=batch_first, bidirectional=bidirectional)
         self.head = nn.Linear(d * (2 if bidirectional else 1), tags)
-        self.read_last = read_last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.rnn(self.embed(x))
-        if self.read_last:                      # a sequence classifier's summary, at the end
-            return self.head(out[:, -1])
         return self.head(out)
+
+
+class GRUClassifier(nn.Module):
+    """A GRU over padded tokens; the summary is read at each row's last token (`read="own"`)
+    or at the batch's last position (`read="last"`, the bug on right-padded rows), or the GRU
+    is fed (batch, time) as (time, batch) (`batch_first=False`, the other bug)."""
+
+    def __init__(self, vocab: int, classes: int, pad: int, d: int = 32, read: str = "own",
+                 batch_first: bool = True) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d, padding_idx=pad)
+        self.rnn = nn.GRU(d, d, batch_first=batch_first)
+        self.head = nn.Linear(d, classes)
+        self.read, self.pad = read, pad
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(x))
+        if self.read == "last":
+            return self.head(out[:, -1])
+        return self.head(out[torch.arange(x.shape[0]), lengths - 1])
+
+
+def train_gru_classifier(seed: int, *, steps: int = 80, pad: int = 0, lr: float = 1e-2,
+                         batch: int = 32, **model_kw) -> dict:
+    """Class = the tag of the last real token (see tag_task)."""
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    model = GRUClassifier(12, 3, pad, **model_kw)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    crit = nn.CrossEntropyLoss()
+    losses = []
+
+    def data(s: int, n: int):
+        x, tags, _, lengths = tag_task(s, n, pad)
+        return x, lengths, tags[torch.arange(n), lengths - 1]
+
+    with NetworkDebugger(model, opt, crit) as dbg:
+        for step in range(steps):
+            x, lengths, y = data(seed * 1000 + step, batch)
+            loss = crit(model(x, lengths), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            x, lengths, y = data(10_000 + seed, 256)
+            acc = float((model(x, lengths).argmax(-1) == y).float().mean())
+        findings = dbg.diagnose()
+    return {"losses": losses, "accuracy": acc, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
 
 
 def tag_task(seed: int, batch: int, pad: int, vocab: int = 12, low: int = 5, high: int = 16):
@@ -327,4 +377,219 @@ def train_seq2seq(seed: int, *, steps: int = 120, lr: float = 1e-2, batch: int =
             acc = float((model(src, tgt_in).argmax(-1) == tgt).float().mean())
         findings = dbg.diagnose()
     return {"losses": losses, "accuracy": acc, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
+
+
+# -- a causal LM on padded documents: padding in the loss, accumulation, generation ----------------
+def padded_documents(lang: Markov, batch: int, length: int, pad: int, low: int,
+                     g: torch.Generator) -> torch.Tensor:
+    """(batch, length + 1) documents of random lengths, right-padded with `pad` (the Markov
+    tokens use ids from `low` up, so the pad id is never text)."""
+    seqs = lang.sample(batch, length + 1, low=low)
+    lengths = lengths_for(batch, length // 3, length + 1, g)
+    return pad_right(seqs, lengths, pad)
+
+
+def train_padded_lm(seed: int, *, steps: int = 60, pad: int = 0, ignore: bool = True,
+                    micro: int = 1, weighted: bool = True, generate: str | None = None,
+                    vocab: int = 10, length: int = 20, batch: int = 16, lr: float = 3e-3) -> dict:
+    """A causal LM trained on right-padded documents. `ignore`: the loss ignores the pad id.
+    `micro` > 1: gradient accumulation over micro-batches cut at different lengths, their mean
+    losses averaged (`weighted=False`, the bug) or summed and divided by the step's token
+    count. `generate`: after training, greedy generation from prompts "unpadded",
+    "left_padded" (no mask: the bug)."""
+    from lesson import NetworkDebugger
+
+    if pad not in (0, vocab):
+        raise ValueError("the pad id is 0 (text from 1) or vocab (text from 0)")
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    low = 1 if pad == 0 else 0
+    total = vocab + 1
+    lang = Markov(vocab, 3, seed)
+    model = CausalLM(total, length=length + 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    with NetworkDebugger(model, opt) as dbg:
+        for _ in range(steps):
+            docs = padded_documents(lang, batch, length, pad, low, g)
+            opt.zero_grad()
+            parts = docs.chunk(micro)
+            cuts = [length + 1 - 4 * i for i in range(len(parts))]  # different lengths
+            counted = []
+            for part, cut in zip(parts, cuts):
+                x, y = part[:, :cut - 1], part[:, 1:cut]
+                counted.append(int((y != pad).sum()) if ignore else y.numel())
+            step_loss = 0.0
+            for part, cut, n in zip(parts, cuts, counted):
+                x, y = part[:, :cut - 1], part[:, 1:cut]
+                logits = model(x).reshape(-1, total)
+                kw = {"ignore_index": pad} if ignore else {}
+                if micro == 1 or not weighted:
+                    loss = F.cross_entropy(logits, y.reshape(-1), **kw) / micro
+                else:
+                    loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum", **kw) \
+                        / sum(counted)
+                loss.backward()
+                step_loss += loss.item()
+            opt.step()
+            dbg.record_loss(step_loss)
+            losses.append(step_loss)
+        if generate:
+            model.eval()
+            prompts = lang.sample(4, 6, low=low)
+            if generate == "left_padded":
+                prompts[1:, :3] = pad
+            with torch.no_grad():
+                out = prompts
+                for _ in range(5):
+                    nxt = model(out)[:, -1].argmax(-1, keepdim=True)
+                    out = torch.cat([out, nxt], 1)
+        findings = dbg.diagnose()
+    return {"losses": losses, "floor": lang.floor, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
+
+
+# -- other styles: an HF-style model, nn.TransformerEncoder with a causal mask, an LSTM LM,
+#    time-first batches ------------------------------------------------------------------------
+class Output(dict):
+    """What Hugging Face models return: a dict whose keys are also attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+class HFStyleLM(nn.Module):
+    """model(input_ids=..., attention_mask=..., labels=...) -> Output(loss=..., logits=...); the
+    attention mask (1 at real tokens) becomes an additive float mask for SDPA, with the causal
+    mask (`causal=False`: the bug)."""
+
+    def __init__(self, vocab: int, d: int = 32, heads: int = 2, length: int = 64,
+                 causal: bool = True, invert_mask: bool = False) -> None:
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(length, d)
+        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.lm_head = nn.Linear(d, vocab)
+        self.heads, self.causal, self.invert = heads, causal, invert_mask
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> Output:
+        b, t = input_ids.shape
+        h = self.embed(input_ids) + self.pos(torch.arange(t, device=input_ids.device))
+        q, k, v = self.qkv(self.ln(h)).chunk(3, -1)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        allowed = torch.ones(b, 1, t, t, dtype=torch.bool, device=h.device)
+        if self.causal:
+            allowed = allowed & torch.ones(t, t, dtype=torch.bool, device=h.device).tril()
+        if attention_mask is not None:
+            keep = attention_mask.bool() if not self.invert else ~attention_mask.bool()
+            allowed = allowed & keep[:, None, None, :]
+        bias = torch.zeros(allowed.shape, device=h.device).masked_fill(
+            ~allowed, torch.finfo(torch.float32).min)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        h = h + self.proj(a.transpose(1, 2).reshape(b, t, -1))
+        logits = self.lm_head(h)
+        out = Output(logits=logits)
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                          labels[:, 1:].reshape(-1), ignore_index=-100)
+        return out
+
+
+def train_hf(seed: int, *, steps: int = 60, pad: int = 0, causal: bool = True,
+             invert_mask: bool = False, left: bool = False, vocab: int = 10, length: int = 16,
+             batch: int = 16) -> dict:
+    """HF-style training: labels = input_ids with -100 at the padding; the model shifts them.
+    Left padding with `left`."""
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    lang = Markov(vocab, 3, seed)
+    low = 1 if pad == 0 else 0
+    model = HFStyleLM(vocab + 1, length=length, causal=causal, invert_mask=invert_mask)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    with NetworkDebugger(model, opt) as dbg:
+        for _ in range(steps):
+            ids = padded_documents(lang, batch, length - 1, pad, low, g)
+            if left:
+                real = ids != pad
+                ids = torch.stack([torch.cat([r[~m], r[m]]) for r, m in zip(ids, real)])
+            mask = (ids != pad).long()
+            labels = ids.masked_fill(mask == 0, -100)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        findings = dbg.diagnose()
+    return {"losses": losses, "floor": lang.floor, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
+
+
+class TorchDecoderLM(nn.Module):
+    """A decoder-only LM from nn.TransformerEncoder with a causal mask; `batch_first=False`
+    takes time-first (T, B) token batches. `mask="causal"` (healthy), "none", or "offset" (a
+    mask shifted by one: every position sees the next one)."""
+
+    def __init__(self, vocab: int, d: int = 32, heads: int = 4, batch_first: bool = True,
+                 mask: str = "causal") -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(64, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=batch_first,
+                                           norm_first=True)
+        self.body = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+        self.batch_first, self.mask = batch_first, mask
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1] if self.batch_first else x.shape[0]
+        pos = self.pos[:t] if self.batch_first else self.pos[:t, None]
+        h = self.embed(x) + pos
+        if self.mask == "none":
+            return self.head(self.body(h))
+        diagonal = 1 if self.mask == "causal" else 2
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(diagonal)
+        return self.head(self.body(h, mask=mask))
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, vocab: int, d: int = 48, bidirectional: bool = False) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.rnn = nn.LSTM(d, d, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(d * (2 if bidirectional else 1), vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.embed(x))[0])
+
+
+def train_plain_lm(model: nn.Module, seed: int, *, steps: int = 60, batch_first: bool = True,
+                   vocab: int = 12, length: int = 20, batch: int = 16, lr: float = 3e-3,
+                   dropout_eval: bool = False) -> dict:
+    """Next-token training of any (x) -> logits model on a Markov language; time-first batches
+    with `batch_first=False`."""
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    lang = Markov(vocab, 3, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    crit = nn.CrossEntropyLoss()
+    losses = []
+    with NetworkDebugger(model, opt, crit) as dbg:
+        for _ in range(steps):
+            seq = lang.sample(batch, length + 1)
+            if not batch_first:
+                seq = seq.t().contiguous()
+            x, y = (seq[:, :-1], seq[:, 1:]) if batch_first else (seq[:-1], seq[1:])
+            loss = crit(model(x).reshape(-1, vocab), y.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        findings = dbg.diagnose()
+    return {"losses": losses, "floor": lang.floor, "findings": findings,
             "codes": {f.code for f in findings}, "debugger": dbg}

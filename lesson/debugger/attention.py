@@ -37,10 +37,11 @@ MASKED_SCORE = -1e4
 """A score at or below this is a mask, not a score: masks are -inf, finfo.min (-3.4e38), -1e9
 or BERT's -10000; real scores of attention stay within a few tens of 0."""
 
-SATURATED_ENTROPY = 0.25
+SATURATED_ENTROPY = 0.3
 """ATTENTION_SATURATED: mean normalised row entropy at or below this. 1 is uniform; scaled
-attention starts at 0.8-1. 0.25 is what a softmax of scores spread by ~5 gives (the largest
-weight of a row then averages 0.75): rows are one-hot in all but name."""
+attention starts at 0.8-1 (scores spread by ~0.3). 0.3 is what a softmax of scores spread by ~4
+gives (the largest weight of a row then averages 2/3 to 3/4): unscaled scores of head size 128
+and more, or q and k several times too large."""
 
 SATURATED_MIN_ROWS = 16
 """...over at least this many rows that may attend to 2 keys or more (a row with one allowed
@@ -64,7 +65,11 @@ INVERTED_REAL_MASKED = 0.9
 which a causal mask keeps too) is masked: the mask hides the tokens, not the padding."""
 
 MIN_PADDED_ROWS = 4
-"""Padding verdicts need at least this many real-token rows that can see a padded key."""
+"""Weight-on-padding verdicts need at least this many real-token rows that can see a padded
+key..."""
+
+MIN_REAL_KEYS = 16
+"""...and the inverted-mask verdict at least this many (real query, real key) pairs."""
 
 
 def entropy_stats(probs: torch.Tensor, allowed: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -89,7 +94,10 @@ def padding_stats(probs: torch.Tensor, allowed: torch.Tensor, key_pad: torch.Ten
     kp = key_pad[:, None, None, :]
     real_q = torch.ones(b, 1, tq, 1, dtype=torch.bool, device=probs.device) \
         if query_pad is None else ~query_pad[:, None, :, None]
-    real_q = real_q & torch.isfinite(probs).all(-1, keepdim=True)
+    # masks are counted on every real row; weights only on rows that have some (a row whose
+    # every key is masked is NaN, or uniform under a finite mask value)
+    finite = real_q & torch.isfinite(probs).all(-1, keepdim=True) \
+        & allowed.any(-1, keepdim=True)
     weights = torch.nan_to_num(probs, nan=0.0)
     past = torch.ones(tq, tk, dtype=torch.bool, device=probs.device).tril(tk - tq)
     out: dict[str, torch.Tensor] = {}
@@ -103,7 +111,7 @@ def padding_stats(probs: torch.Tensor, allowed: torch.Tensor, key_pad: torch.Ten
         out[f"{region}_real_masked"] = (real_keys & ~allowed).sum()
         if region == "future":
             break
-        rows = pad_keys.any(-1, keepdim=True)
+        rows = (pad_keys & finite).any(-1, keepdim=True)
         out[f"{region}_rows"] = rows.expand(-1, probs.shape[1], -1, -1).sum()
         out[f"{region}_mass"] = torch.where(rows, (weights * (kp & keys)).sum(-1, keepdim=True),
                                             0.0).sum()
@@ -277,25 +285,29 @@ def _on_padding(name: str, site: _Site, v: dict[str, float]) -> Finding | None:
         _share(v["past_real_masked"], v["past_real_keys"]) <= CAUSAL_PAST_MASKED
     region = "past" if causal else "all"
     rows = v[f"{region}_rows"]
-    if rows < MIN_PADDED_ROWS:
+    real_keys = v[f"{region}_real_keys"]
+    if rows < MIN_PADDED_ROWS and real_keys < MIN_REAL_KEYS:
         return None
-    mass = v[f"{region}_mass"] / rows
+    mass = v[f"{region}_mass"] / rows if rows else math.nan
     pad_masked = _share(v[f"{region}_pad_masked"], v[f"{region}_pad_keys"])
-    real_masked = _share(v["past_real_masked"] if causal else v["all_real_masked"],
-                         v["past_real_keys"] if causal else v["all_real_keys"])
+    real_masked = _share(v[f"{region}_real_masked"], real_keys)
     layer = name.split("/")[0] or None
-    evidence = {"site": name, "kind": site.kind, "mass_on_padding": round(mass, 4),
+    evidence = {"site": name, "kind": site.kind,
+                "mass_on_padding": round(mass, 4) if rows else None,
                 "padded_keys_masked": round(pad_masked, 4),
                 "real_keys_masked": round(real_masked, 4), "rows": int(rows), "causal": causal}
-    if mass >= INVERTED_MASS and real_masked >= INVERTED_REAL_MASKED:
+    if real_keys >= MIN_REAL_KEYS and real_masked >= INVERTED_REAL_MASKED \
+            and (rows < MIN_PADDED_ROWS or mass >= INVERTED_MASS):
+        seen = f"{mass:.0%} of their attention goes to padded keys" if rows >= MIN_PADDED_ROWS \
+            else "no key is left to them"
         return Finding(
             "PADDING_MASK_INVERTED",
-            f"in {name} the real tokens attend to the padding only: {mass:.0%} of their "
-            f"attention goes to padded keys while {real_masked:.0%} of the real keys they "
-            "should see are masked. The key padding mask is the wrong way round (True must "
-            "mark the padding; an attention_mask's 1 marks the real tokens)",
+            f"in {name} the real tokens are kept from each other: {real_masked:.0%} of the real "
+            f"keys they should see are masked and {seen}. The key padding mask is the wrong "
+            "way round (True must mark the padding; an attention_mask's 1 marks the real "
+            "tokens)",
             layer=layer, evidence=evidence, step=site.first_step)
-    if mass >= PAD_MASS and pad_masked <= PAD_KEYS_MASKED:
+    if rows >= MIN_PADDED_ROWS and mass >= PAD_MASS and pad_masked <= PAD_KEYS_MASKED:
         return Finding(
             "ATTENTION_ON_PADDING",
             f"in {name} the real tokens put {mass:.1%} of their attention on padded keys, "

@@ -48,6 +48,10 @@ MAX_ROUNDS = 4
 """Rounds of refinement when the sequence is longer than MAX_VARIANTS positions: each round
 checks up to MAX_VARIANTS split points between the last clean one and the first leaking one."""
 
+SHARED_MASKS = ("attn_mask", "src_mask", "tgt_mask", "memory_mask", "causal_mask")
+"""Keyword names (and `mask`) of (T, T) masks over positions that every sample shares (when
+the batch has T rows too, the name tells them from per-sample tensors)."""
+
 SOURCES_REPORTED = 8
 """How many of the later inputs that the first leaking output reads the evidence lists."""
 
@@ -96,10 +100,12 @@ class Call:
     def length(self) -> int:
         return 1 if self.time_dim is None else self.inputs.shape[self.time_dim]
 
-    def _rows(self, value: Any, rows: torch.Tensor) -> Any:
+    def _rows(self, value: Any, rows: torch.Tensor, name: str | None = None) -> Any:
         n = self.batch_size
         if isinstance(value, torch.Tensor) and value.dim() == 2 \
-                and value.shape == (self.length, self.length):
+                and value.shape == (self.length, self.length) \
+                and (n != self.length or name == "mask"
+                     or (name or "").endswith(SHARED_MASKS)):
             return value                    # an attention mask over positions: shared
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             if value.dim() > self.batch_dim and value.shape[self.batch_dim] == n:
@@ -117,7 +123,7 @@ class Call:
         """model(...) with `sequence` in the sequence's place and the other per-sample tensors
         cut to `rows` of the user's batch."""
         args = [self._rows(a, rows) for a in self.args]
-        kwargs = {k: self._rows(v, rows) for k, v in self.kwargs.items()}
+        kwargs = {k: self._rows(v, rows, k) for k, v in self.kwargs.items()}
         if isinstance(self.where, int):
             args.insert(self.where, sequence)
         else:
@@ -249,7 +255,8 @@ class Probe:
     def compare(self, reference: torch.Tensor, variants: torch.Tensor, rows: torch.Tensor
                 ) -> Moved:
         """How far each row's output moved from `reference` (same rows, unchanged) to
-        `variants` (row 0 of `variants` must be unchanged: the control)."""
+        `variants`, whose first and last rows must be unchanged: the controls (a batch mixed
+        causally along its rows moves the last one, the other way the first)."""
         call = self.call
         out_ref = primary_output(self._forward(reference, rows))
         out_var = primary_output(self._forward(variants, rows))
@@ -261,7 +268,7 @@ class Probe:
             raise ValueError(f"the model's output (shape {tuple(out_ref.shape)}) has no "
                              f"dimension of the batch's {n} rows")
         table = movement(out_var, out_ref, axes)
-        return Moved(table, bool(table[0].max() > RELATIVE_CHANGE))
+        return Moved(table, bool(max(table[0].max(), table[-1].max()) > RELATIVE_CHANGE))
 
     @torch.no_grad()
     def compare_one_by_one(self, reference: torch.Tensor, variants: torch.Tensor,
@@ -353,9 +360,12 @@ def _stack_rows(rows: list[torch.Tensor], batch_dim: int) -> torch.Tensor:
 
 
 def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
-                max_variants: int = MAX_VARIANTS) -> CausalLeak | None:
+                max_variants: int = MAX_VARIANTS, one_by_one: bool = False
+                ) -> CausalLeak | None:
     """Does any output position of sample `sample` depend on inputs after it? None when not.
-    The model runs in eval mode and is restored bitwise (see the module doc)."""
+    The model runs in eval mode and is restored bitwise (see the module doc). `one_by_one`:
+    run each variant in a batch of its own from the start (for a model known to mix its
+    batch, whose mixing the controls might not see)."""
     if call.time_dim is None:
         raise ValueError("a causality check needs a time dimension")
     x = call.inputs
@@ -371,7 +381,7 @@ def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
         shape[tdim] = length
 
         def variants_for(splits: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            count = len(splits) + 1
+            count = len(splits) + 2   # the variants between two controls
             if count == length:       # keep the batch axis apart from the time axis
                 count += 1
             rows = torch.full((count,), sample, dtype=torch.long)
@@ -394,8 +404,8 @@ def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
 
         def measure(splits: list[int]) -> dict[int, tuple[int, float]]:
             reference, variants, rows = variants_for(splits)
-            moved = probe.compare(reference, variants, rows)
-            if moved.control_moved:
+            moved = probe.compare(reference, variants, rows) if not one_by_one else None
+            if moved is None or moved.control_moved:
                 moved = probe.compare_one_by_one(reference, variants, rows)
             return leaks_in(moved.table, splits)
 
@@ -419,15 +429,15 @@ def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
         change = max(c for t, c in leaks.values() if t == position)
         # which later inputs does it read? one variant per later position
         later = list(range(position + 1, length))[:max_variants]
-        count = len(later) + 1 + (len(later) + 1 == length)
+        count = len(later) + 2 + (len(later) + 2 == length)
         reference = row.expand(*[count if d == bdim else -1 for d in range(x.dim())]).contiguous()
         singles = [row] + [perturbed(row, (positions == j).reshape(shape).expand_as(row), vocab,
                                      generator) for j in later]
         singles += [row] * (count - len(singles))
         rows = torch.full((count,), sample, dtype=torch.long)
         variants = _stack_rows(singles, bdim)
-        moved = probe.compare(reference, variants, rows)
-        if moved.control_moved:
+        moved = probe.compare(reference, variants, rows) if not one_by_one else None
+        if moved is None or moved.control_moved:
             moved = probe.compare_one_by_one(reference, variants, rows)
         sources = [j for r, j in enumerate(later, start=1)
                    if moved.table[r, position] > RELATIVE_CHANGE][:SOURCES_REPORTED]

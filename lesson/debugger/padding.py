@@ -44,6 +44,10 @@ PYTORCH_MASKS = ("key_padding_mask", "padding_mask", "pad_mask")
 that are True (or -inf) at the padding."""
 
 HF_MASKS = ("attention_mask",)
+
+NOT_TOKENS = ("label", "target", "mask")
+"""Keyword arguments whose names hold these words are not the model's token inputs (labels
+with -100 at the padding, masks)."""
 """Keyword names of masks that are 1 at the real tokens and 0 at the padding."""
 
 
@@ -137,8 +141,10 @@ def token_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[i
         if isinstance(value, torch.Tensor) and value.dim() == 2 and value.numel() >= 4 \
                 and not value.is_floating_point() and value.dtype != torch.bool \
                 and not value.is_complex() and min(value.shape) >= 2:
-            if isinstance(place, str) and padding_of_mask(place, value, value.shape) is not None:
-                continue                                  # an attention_mask, not tokens
+            if isinstance(place, str) and (
+                    padding_of_mask(place, value, value.shape) is not None
+                    or any(w in place.lower() for w in NOT_TOKENS)):
+                continue                            # an attention_mask or labels, not tokens
             found.append((place, value))
     return found
 

@@ -87,8 +87,9 @@ MIN_ACCUMULATION_STEPS = 2
 """...in at least this many steps (and in more steps than were weighted correctly)."""
 
 TRAIN_UNMASKED_PAD_SHARE = 1e-3
-"""GENERATION_ON_PADDING: training showed the model unmasked padding at most this share of its
-input tokens (never, in practice: padding was masked, or there was none)."""
+"""GENERATION_ON_PADDING: in training, at most this share of the input tokens were unmasked
+padding with a real token after it (never, in practice: padding was masked, came only after
+the text, or there was none), so no prediction was ever conditioned on padding."""
 
 MAX_EVAL_PASSES = 16
 """Evaluation or generation passes (no gradients) checked for padding: each check copies the
@@ -213,9 +214,10 @@ class SequenceWatch:
             axis = self.time_axis if self.time_axis is not None else 1
             pads = pad_positions(x, self.pad_id, axis, self.pad_side)
             ignored = self._masked_positions(kwargs, x.shape)
-            unmasked = pads if ignored is None else pads & ~ignored
-            self._train_pads.update(x.device, sums={"tokens": x.numel(),
-                                                    "unmasked": unmasked.sum()})
+            seen = _before_real(pads, axis)
+            if ignored is not None:
+                seen = seen & ~ignored
+            self._train_pads.update(x.device, sums={"tokens": x.numel(), "unmasked": seen.sum()})
             self._padded.append(_Padded(place, x, axis, pads, pads if axis == 1 else pads.t()))
 
     def _masked_positions(self, kwargs: dict[str, Any], shape: torch.Size
@@ -277,19 +279,20 @@ class SequenceWatch:
         """A watched torch function (WATCHED_CALLS) ran inside the model or its loss."""
         if func in LOSS_FUNCTIONS:
             self._on_loss(args, kwargs, out, step, full)
-        elif not full:
             return
-        elif func in READ_FUNCTIONS:
+        if not full:
+            return
+        where = where or type(self._model()).__name__      # the root's own forward
+        if func in READ_FUNCTIONS:
             self._on_read(func, args, where, step)
         elif func is F.scaled_dot_product_attention:
             scores, scale = sdpa_scores(args, kwargs)
-            self._attend(f"{where}/scaled_dot_product_attention" if where
-                         else "scaled_dot_product_attention", "sdpa", scores, step, scale=scale)
+            self._attend(f"{where}/scaled_dot_product_attention", "sdpa", scores, step,
+                         scale=scale)
         elif func is F.multi_head_attention_forward:
             weights = mha_weights(args, kwargs)
             if weights is not None:
-                self._attend(where or "multi_head_attention_forward", "multi_head_attention",
-                             weights, step, probs=True)
+                self._attend(where, "multi_head_attention", weights, step, probs=True)
         elif func in SOFTMAX_FUNCTIONS:
             self._on_softmax(args, kwargs, where, step)
 
@@ -311,7 +314,7 @@ class SequenceWatch:
         if not isinstance(x, torch.Tensor) or not isinstance(dim, int) \
                 or dim not in (-1, x.dim() - 1) or not self._looks_like_attention(x):
             return
-        self._attend(f"{where}/softmax" if where else "softmax", "softmax", x, step)
+        self._attend(f"{where}/softmax", "softmax", x, step)
 
     def _attend(self, site: str, kind: str, t: torch.Tensor, step: int, *, probs: bool = False,
                 scale: float | None = None) -> None:
@@ -358,7 +361,7 @@ class SequenceWatch:
                 continue
             pos = position % n
             padded = p.batch_first[:, pos]
-            site = f"{where or 'model'}: {'[:, ' if axis == 1 else '['}{position}]"
+            site = f"{where}: {'[:, ' if axis == 1 else '['}{position}]"
             read = self._reads.setdefault(site, _Read(position, step))
             read.stats.update(padded.device, sums={"rows": b, "padded": padded.sum()})
             return
@@ -422,7 +425,10 @@ class SequenceWatch:
                     continue
                 pad = found[0]
                 axis = 1 if filler(host, 1) else 0
-            pads = pad_positions(host, pad, axis)
+                pads = pad_positions(host, pad, axis)
+            else:               # an id training used only as padding: padding wherever it is
+                pads = host == pad
+            pads = _before_real(pads, axis)
             hidden = self._masked_positions(kwargs, x.shape)
             if hidden is not None:
                 pads = pads & ~hidden.detach().cpu()
@@ -469,23 +475,25 @@ class SequenceWatch:
                     break
             if next_token:
                 break
+        mixing = False
+        if self.sequence_modules or self.attention.seen:
+            mixing = self._batch_probe(model, args, kwargs, next_token, step)
         if next_token is not None:
             place, axis = next_token
             self.time_axis = axis
             call = _call_for(args, kwargs, place, batch_dim=1 - axis, time_dim=axis)
-            try:
-                leak = dependence.causal_leak(model, call)
+            try:    # a model that mixes its batch runs each variant alone
+                leak = dependence.causal_leak(model, call, one_by_one=mixing)
             except Exception as exc:
                 self._on_error("causality probe", exc)
                 leak = None
             if leak is not None:
                 self.probe_findings.append(_causal_finding(leak, place, step))
-        if self.sequence_modules or self.attention.seen:
-            self._batch_probe(model, args, kwargs, next_token, step)
 
     def _batch_probe(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                     next_token: tuple[int | str, int] | None, step: int) -> None:
-        """Along the data's batch axis, when the data tells it, does a sample see another?"""
+                     next_token: tuple[int | str, int] | None, step: int) -> bool:
+        """Along the data's batch axis, when the data tells it, does a sample see another?
+        (True when it does.)"""
         target = None
         if next_token is not None:
             place, time_axis = next_token
@@ -503,31 +511,33 @@ class SequenceWatch:
                     target = (place, axes[0], 1 - axes[0])
                     break
         if target is None:
-            return
+            return False
         place, batch_dim, time_dim = target
         call = _call_for(args, kwargs, place, batch_dim=batch_dim, time_dim=time_dim)
         if call.batch_size < 2:
-            return
+            return False
         try:
             leak = dependence.batch_leak(model, call)
         except Exception as exc:
             self._on_error("batch independence probe", exc)
-            return
-        if leak is not None:
-            where = f" (it first appears in {leak.module})" if leak.module else ""
-            self.probe_findings.append(Finding(
-                "BATCH_MIXING",
-                f"changing sample 0 of the batch moves the outputs of samples "
-                f"{leak.moved_rows[:6]}{where}: the batch and time axes are swapped (an RNN or "
-                "attention without batch_first=True reading (batch, time, ...) as (time, "
-                "batch, ...)) or samples are mixed by a reshape",
-                layer=leak.module,
-                evidence={"moved_rows": leak.moved_rows, "rows_checked": leak.rows_checked,
-                          "batch_dim": batch_dim, "module": leak.module,
-                          "modules_showing_it": leak.modules,
-                          "relative_change": float(f"{leak.relative_change:.2g}"),
-                          "argument": place},
-                step=step))
+            return False
+        if leak is None:
+            return False
+        where = f" (it first appears in {leak.module})" if leak.module else ""
+        self.probe_findings.append(Finding(
+            "BATCH_MIXING",
+            f"changing sample 0 of the batch moves the outputs of samples "
+            f"{leak.moved_rows[:6]}{where}: the batch and time axes are swapped (an RNN or "
+            "attention without batch_first=True reading (batch, time, ...) as (time, "
+            "batch, ...)) or samples are mixed by a reshape",
+            layer=leak.module,
+            evidence={"moved_rows": leak.moved_rows, "rows_checked": leak.rows_checked,
+                      "batch_dim": batch_dim, "module": leak.module,
+                      "modules_showing_it": leak.modules,
+                      "relative_change": float(f"{leak.relative_change:.2g}"),
+                      "argument": place},
+            step=step))
+        return True
 
     # -- findings --------------------------------------------------------------------------------
     def findings(self, step: int | None = None) -> list[Finding]:
@@ -605,7 +615,7 @@ class SequenceWatch:
                     f"{site} reads position {read.position} of a padded batch, which is "
                     f"padding for {padded / rows:.0%} of the rows: those rows are summarised "
                     "by the state after their padding, not after their last token",
-                    layer=site.split(":")[0] if site.split(":")[0] != "model" else None,
+                    layer=site.split(":")[0] or None,
                     evidence={"site": site, "position": read.position,
                               "padded_share": round(padded / rows, 4), "rows_read": int(rows),
                               "pad_id": self.pad_id},
@@ -650,7 +660,8 @@ class SequenceWatch:
         tokens, unmasked = (host["train_pads"] or [0.0, 0.0])[:2]
         if self.pad_id is not None and tokens:
             share = unmasked / tokens
-            seen = f"{share:.1%} of its training tokens were unmasked padding"
+            seen = (f"{share:.1%} of its training tokens were unmasked padding with a token "
+                    "after it")
         elif self._train_ids is not None:
             counts = self._train_ids
             total = float(counts.sum())
@@ -689,6 +700,14 @@ class SequenceWatch:
 
 # -- helpers ------------------------------------------------------------------------------------
 _RELATION = ("same1", "n1", "shifted1", "ns1", "same0", "n0", "shifted0", "ns0")
+
+
+def _before_real(pads: torch.Tensor, axis: int) -> torch.Tensor:
+    """The padded positions followed by a real token in their row: padding a prediction is
+    conditioned on (left padding, or padding inside a row), not the tail no target reads."""
+    real = (~pads).to(torch.int32)
+    later_real = real.flip(axis).cummax(axis).values.flip(axis).bool()
+    return pads & later_real
 
 
 def _is_int(value: Any) -> bool:
