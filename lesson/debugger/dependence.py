@@ -44,10 +44,6 @@ MAX_VARIANTS = 32
 """Variants per forward pass: the probe runs batches of at most this many rows (plus a control
 row), about the size of one training batch."""
 
-MAX_ROUNDS = 4
-"""Rounds of refinement when the sequence is longer than MAX_VARIANTS positions: each round
-checks up to MAX_VARIANTS split points between the last clean one and the first leaking one."""
-
 SHARED_MASKS = ("attn_mask", "src_mask", "tgt_mask", "memory_mask", "causal_mask")
 """Keyword names (and `mask`) of (T, T) masks over positions that every sample shares (when
 the batch has T rows too, the name tells them from per-sample tensors)."""
@@ -409,20 +405,22 @@ def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
                 moved = probe.compare_one_by_one(reference, variants, rows)
             return leaks_in(moved.table, splits)
 
-        # every split point when they fit in one batch; otherwise a spread of them, then the
-        # unchecked ones below the first leak (a leak that crosses no checked split is missed)
+        # every split point when they fit in one batch; otherwise a spread of them (a healthy
+        # model costs this one round), then, once a leak is found, every split below it (a
+        # leak that crosses no checked split, one position reading the next, is found at its
+        # own split only)
         checked: list[int] = []
-        leaks: dict[int, tuple[int, float]] = {}
         splits = _spread(list(range(length - 1)), max_variants)
-        for _ in range(MAX_ROUNDS):
-            if not splits:
+        checked += splits
+        leaks = measure(splits)
+        while leaks:
+            first = min(t for t, _ in leaks.values())
+            below = [k for k in range(first) if k not in checked]
+            if not below:
                 break
+            splits = below[-max_variants:]        # nearest the known leak first
             checked += splits
             leaks |= measure(splits)
-            if not leaks:
-                break
-            first = min(t for t, _ in leaks.values())
-            splits = _spread([k for k in range(first) if k not in checked], max_variants)
         if not leaks:
             return None
         position = min(t for t, _ in leaks.values())

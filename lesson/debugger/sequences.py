@@ -23,7 +23,8 @@ summary is read at, the token counts of micro-batches. `SequenceWatch` is fed by
   attention layers gets the batch-independence probe along that axis once: BATCH_MIXING.
 * **gradient accumulation** over micro-batches with different token counts, whose per-pass
   mean losses reach backward with one common scale instead of weights by token count:
-  ACCUMULATION_UNWEIGHTED_MEAN.
+  ACCUMULATION_UNWEIGHTED_MEAN (for models fed token ids: a classifier's last, smaller
+  micro-batch is the common practice the catalogue's fixed scripts follow, not this bug).
 * **tied weights copied**: parameters that start as equal copies and drift apart
   (`lesson.debugger.copies`): UNTIED_WEIGHTS.
 
@@ -167,6 +168,8 @@ class SequenceWatch:
         self.copies: list[tuple[str, str, nn.Parameter, nn.Parameter, bool]] | None = None
         self.probe_findings: list[Finding] = []
         self.probes_done = False
+        #: the model was given token ids (a loss's targets then count tokens)
+        self.token_inputs = False
         self.sequence_modules = any(isinstance(m, SEQUENCE_MODULES) for m in model.modules())
         layers = [m for m in model.modules()
                   if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))]
@@ -189,6 +192,8 @@ class SequenceWatch:
         model = self._model()
         if self.copies is None and model is not None:
             self.copies = equal_copies(model, params)
+        if not self.token_inputs:
+            self.token_inputs = bool(token_tensors(args, kwargs))
         if not full:
             return
         self._tokens = token_tensors(args, kwargs)
@@ -642,7 +647,7 @@ class SequenceWatch:
                                       "scale_per_pass": [float(f"{r:.3g}") for r in ratio]}
             elif weighted:
                 good += 1
-        if bad < MIN_ACCUMULATION_STEPS or bad <= good:
+        if bad < MIN_ACCUMULATION_STEPS or bad <= good or not self.token_inputs:
             return []
         tokens = example["tokens_per_pass"] if example else []
         return [Finding(
