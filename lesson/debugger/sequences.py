@@ -219,7 +219,7 @@ class SequenceWatch:
             axis = self.time_axis if self.time_axis is not None else 1
             pads = pad_positions(x, self.pad_id, axis, self.pad_side)
             ignored = self._masked_positions(kwargs, x.shape)
-            seen = _before_real(pads, axis)
+            seen = _before_real(x == self.pad_id, axis)        # on either side of the text
             if ignored is not None:
                 seen = seen & ~ignored
             self._train_pads.update(x.device, sums={"tokens": x.numel(), "unmasked": seen.sum()})
