@@ -110,7 +110,7 @@ def test_a_causal_attention_ignores_the_padding_after_the_query():
     assert inspector.findings() == []
 
 
-# -- padding ---------------------------------------------------------------------------------------
+# -- padding --------------------------------------------------------------------------------------
 def test_the_pad_id_from_row_tails():
     rows = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
     assert P.filler(rows, 1) == (0, "right")
@@ -154,7 +154,7 @@ def test_masks_by_name():
     assert P.pad_from_mask(x, kpm) == 0 and P.pad_from_mask(x, ~kpm) is None
 
 
-# -- targets and inputs ----------------------------------------------------------------------------
+# -- targets and inputs ---------------------------------------------------------------------------
 def _watch_loss(x: torch.Tensor, y: torch.Tensor, kwargs: dict | None = None,
                 ignore: int = -100) -> list[str]:
     model = nn.Embedding(50, 4)
@@ -162,8 +162,8 @@ def _watch_loss(x: torch.Tensor, y: torch.Tensor, kwargs: dict | None = None,
     watch.on_train_forward((x,), {}, 0, True, [])
     logits = torch.zeros(y.numel(), 50)
     out = F.cross_entropy(logits, y.reshape(-1), ignore_index=ignore)
-    watch.on_call(F.cross_entropy, (logits, y.reshape(-1)), {"ignore_index": ignore} | (kwargs or {}),
-                  out, "", 0, True)
+    call_kwargs = {"ignore_index": ignore} | (kwargs or {})
+    watch.on_call(F.cross_entropy, (logits, y.reshape(-1)), call_kwargs, out, "", 0, True)
     return [f.code for f in watch.findings()]
 
 
@@ -233,7 +233,7 @@ def test_padding_in_loss_needs_a_few_padded_targets():
     assert "PADDING_IN_LOSS" not in verdict(2, 1)    # 3: too few, though 1.9% of the targets
 
 
-# -- reads at a padded position --------------------------------------------------------------------
+# -- reads at a padded position -------------------------------------------------------------------
 def _read_verdict(padded_rows: int, rows: int = 40, position: int = -1) -> list[str]:
     model = nn.Embedding(50, 4)
     watch = S.SequenceWatch(model, lambda *a: None)
@@ -256,7 +256,7 @@ def test_padded_read_threshold():
     assert _read_verdict(5, position=0) == []      # position 0 is real in every row
 
 
-# -- accumulation ------------------------------------------------------------------------------------
+# -- accumulation ---------------------------------------------------------------------------------
 def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]]) -> list[str]:
     model = nn.Embedding(50, 4)
     watch = S.SequenceWatch(model, lambda *a: None)
@@ -285,7 +285,7 @@ def test_accumulation_thresholds():
     assert _accumulation(big, off) == []
 
 
-# -- warm-up -------------------------------------------------------------------------------------------
+# -- warm-up --------------------------------------------------------------------------------------
 def _warmup(losses: list[float], lrs: list[tuple[int, float]], transformer: bool = True,
             post_ln: bool | None = True) -> list[str]:
     ev = rules.Evidence(losses=losses, lrs=lrs, transformer=transformer, post_ln=post_ln,
@@ -315,7 +315,7 @@ def test_warmup_thresholds():
     assert _warmup(late, lr) == []
 
 
-# -- generation on padding ---------------------------------------------------------------------------
+# -- generation on padding ------------------------------------------------------------------------
 def _generation(train_masked: bool, unmasked_share_seen: float = 0.0) -> list[str]:
     model = nn.Embedding(50, 4)
     watch = S.SequenceWatch(model, lambda *a: None)
@@ -350,7 +350,7 @@ def test_a_masked_generation_pass_is_fine():
     assert watch.findings() == []
 
 
-# -- copies ------------------------------------------------------------------------------------------
+# -- copies ---------------------------------------------------------------------------------------
 class Tied(nn.Module):
     def __init__(self, n: int = 16) -> None:
         super().__init__()

@@ -26,7 +26,7 @@ and the caller's random state is kept (torch.random.fork_rng).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -503,18 +503,6 @@ def batch_leak(model: nn.Module, call: Call, *, max_rows: int = 8, seed: int = 0
         except Exception:
             module, modules = None, []
     return BatchLeak(0, moved_rows, n, module, modules[:8], float(others.max()))
-
-
-def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor inside args/kwargs-like nests (tuples, lists, dicts)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from iter_tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from iter_tensors(v)
 
 
 __all__ = ["Call", "Probe", "CausalLeak", "BatchLeak", "causal_leak", "batch_leak",

@@ -147,7 +147,6 @@ class SequenceWatch:
         self.time_axis: int | None = None            # of token batches, once known
         self._tokens: list[tuple[int | str, torch.Tensor]] = []   # this step's, full steps
         self._padded: list[_Padded] = []
-        self._masks: dict[str, torch.Tensor] = {}
         self._lengths: set[int] = set()
         self._call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._pending: dict[int | str, torch.Tensor] = {}
@@ -175,7 +174,6 @@ class SequenceWatch:
                   if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))]
         #: post-LN transformer layers (True), pre-LN (False), or none to tell (None)
         self.post_ln: bool | None = (not all(m.norm_first for m in layers)) if layers else None
-        self.has_layer_norm = any(isinstance(m, nn.LayerNorm) for m in model.modules())
 
     @property
     def transformer_like(self) -> bool:
@@ -197,7 +195,6 @@ class SequenceWatch:
         if not full:
             return
         self._tokens = token_tensors(args, kwargs)
-        self._masks = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         self._padded = []
         self._lengths = {x.shape[a] for _, x in self._tokens for a in (0, 1)}
         first = next((t for t in list(args) + list(kwargs.values())
@@ -260,7 +257,8 @@ class SequenceWatch:
             found = filler(tokens, axis)
             if found is not None:
                 self.pad_id, self.time_axis, self.pad_side = found[0], axis, found[1]
-                self.pad_source = f"the token filling row {'tails' if found[1] == 'right' else 'heads'}"
+                ends = "tails" if found[1] == "right" else "heads"
+                self.pad_source = f"the token filling row {ends}"
                 return
 
     def _count_ids(self, x: torch.Tensor) -> None:
@@ -463,7 +461,7 @@ class SequenceWatch:
                 self._run_probes(step)
         finally:
             self._call, self._pending = None, {}
-            self._tokens, self._padded, self._masks = [], [], {}
+            self._tokens, self._padded = [], []
 
     def _run_probes(self, step: int) -> None:
         model = self._model()
