@@ -239,3 +239,20 @@ def test_sdpa_attention_through_a_module_output_with_extra_positional_args():
     x = tokens(2, 5)
     assert check_causality(Block(True), x, args=(2.0,)) == []
     assert check_causality(Block(False), x, args=(2.0,))
+
+
+def test_flattened_logits_are_laid_out_again():
+    class Flat(Attention):
+        def forward(self, x):
+            return super().forward(x).reshape(-1, 11)       # (B x T, vocab), for the loss
+    torch.manual_seed(0)
+    assert check_causality(Flat(), tokens()) == []
+    [f] = check_causality(Flat(future=99), tokens())
+    assert f.evidence["position"] == 0
+    xt = tokens().t().contiguous()
+
+    class FlatTimeFirst(Attention):
+        def forward(self, x):
+            return super().forward(x.t()).transpose(0, 1).reshape(-1, 11)
+    assert check_causality(FlatTimeFirst(), xt, batch_first=False) == []
+    assert check_causality(FlatTimeFirst(future=99), xt, batch_first=False)

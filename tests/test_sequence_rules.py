@@ -100,6 +100,22 @@ def test_inverted_mask_thresholds():
     assert _padding_verdict(A.INVERTED_MASS + 0.01) == ["ATTENTION_ON_PADDING"]  # keys visible
 
 
+def test_an_inverted_mask_needs_the_real_keys_masked():
+    t = 8
+    key_pad = torch.tensor([[False] * 4 + [True] * 4]).expand(8, t)
+    query_pad = key_pad.clone()
+    # all weight on padding, but only 3 of 4 real keys masked (75% < INVERTED_REAL_MASKED)
+    probs = torch.tensor([0.0, 0.0, 0.0, 0.0] + [0.25] * 4).expand(8, 1, t, t).clone()
+    allowed_real = torch.tensor([0.0, 0.0, 0.0, 1e-9] + [0.25] * 4)
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "mha", allowed_real.expand(8, 1, t, t).clone(), 0,
+                            key_pad, query_pad)
+    assert [f.code for f in inspector.findings()] == ["ATTENTION_ON_PADDING"]
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "mha", probs, 0, key_pad, query_pad)
+    assert [f.code for f in inspector.findings()] == ["PADDING_MASK_INVERTED"]
+
+
 def test_a_causal_attention_ignores_the_padding_after_the_query():
     t = 6
     key_pad = torch.tensor([[False] * 4 + [True] * 2]).expand(8, t)
@@ -257,10 +273,11 @@ def test_padded_read_threshold():
 
 
 # -- accumulation ---------------------------------------------------------------------------------
-def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]]) -> list[str]:
+def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]],
+                  token_inputs: bool = True) -> list[str]:
     model = nn.Embedding(50, 4)
     watch = S.SequenceWatch(model, lambda *a: None)
-    watch.token_inputs = True
+    watch.token_inputs = token_inputs
     for step, (ns, ss) in enumerate(zip(tokens_per_pass, scales)):
         for n, scale in zip(ns, ss):
             y = torch.cat([torch.ones(n, dtype=torch.long), torch.full((5,), -100)])
@@ -283,6 +300,8 @@ def test_accumulation_thresholds():
     assert _accumulation(big, weighted) == []
     off = [[0.5, 0.5 * (1 + 2 * S.SCALE_TOLERANCE)]] * 2         # neither: not judged
     assert _accumulation(big, off) == []
+    # a model that is not fed token ids (a classifier's smaller last micro-batch): not judged
+    assert _accumulation(big, [[0.5, 0.5]] * 2, token_inputs=False) == []
 
 
 # -- warm-up --------------------------------------------------------------------------------------

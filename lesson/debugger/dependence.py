@@ -167,6 +167,16 @@ class Moved:
     control_moved: bool          # the unchanged control row moved: the batch mixes its rows
 
 
+def unflattened(t: torch.Tensor, n: int, length: int, batch_dim: int) -> torch.Tensor:
+    """A (rows x positions, ...) output, as language models often return their logits for the
+    loss, laid out again as (rows, positions, ...) (or (positions, rows, ...) for time-first
+    inputs); other tensors as they are."""
+    if length > 1 and t.dim() >= 1 and t.shape[0] == n * length and n not in t.shape:
+        shape = (n, length) if batch_dim == 0 else (length, n)
+        return t.reshape(*shape, *t.shape[1:])
+    return t
+
+
 def _axes(t: torch.Tensor, n: int, length: int, batch_dim: int,
           time_dim: int | None) -> tuple[int, int | None] | None:
     """(batch axis, time axis) of a tensor computed from a batch of `n` rows of `length`
@@ -259,6 +269,8 @@ class Probe:
         if out_ref is None or out_var is None:
             raise TypeError("the model's output holds no floating-point tensor to compare")
         n = reference.shape[call.batch_dim]
+        out_ref, out_var = (unflattened(t, n, call.length, call.batch_dim)
+                            for t in (out_ref, out_var))
         axes = _axes(out_ref, n, call.length, call.batch_dim, call.time_dim)
         if axes is None:
             raise ValueError(f"the model's output (shape {tuple(out_ref.shape)}) has no "
@@ -276,6 +288,7 @@ class Probe:
         out_ref = primary_output(self._forward(one(reference, 0), rows[:1]))
         if out_ref is None:
             raise TypeError("the model's output holds no floating-point tensor to compare")
+        out_ref = unflattened(out_ref, 1, call.length, call.batch_dim)
         axes = _axes(out_ref, 1, call.length, call.batch_dim, call.time_dim)
         if axes is None:
             raise ValueError(f"the model's output (shape {tuple(out_ref.shape)}) has no batch "
@@ -283,6 +296,7 @@ class Probe:
         tables = []
         for i in range(variants.shape[call.batch_dim]):
             out = primary_output(self._forward(one(variants, i), rows[i:i + 1]))
+            out = unflattened(out, 1, call.length, call.batch_dim)
             tables.append(movement(out, out_ref, axes))
         return Moved(torch.cat(tables), False)
 
@@ -307,6 +321,8 @@ class Probe:
         for (name, x_ref, y_ref), (_, x_var, y_var) in zip(*runs):
             if y_ref is None or y_var is None or y_ref.shape != y_var.shape:
                 continue
+            y_ref, y_var = (unflattened(t, n, call.length, call.batch_dim)
+                            for t in (y_ref, y_var))
             axes = _axes(y_ref, n, call.length, call.batch_dim, call.time_dim)
             if axes is None or (need_time and axes[1] is None):
                 continue
