@@ -425,9 +425,11 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     # value (its own, the same for every input) and the output stops varying
     "ATTENTION_SATURATED": ("VANISHING_GRADIENT", "LR_TOO_LOW", "COLLAPSED_ACTIVATIONS"),
     # without warm-up the first steps at the peak rate are the steps of a rate too high: they
-    # blow the stack up, kill units, and leave a model that outputs the same for every input
+    # blow the stack up, kill units, and leave a model that outputs the same for every input;
+    # a post-LN stack so broken passes its first layers almost no gradient
     "WARMUP_MISSING": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
-                       "NAN_OR_INF", "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS"),
+                       "NAN_OR_INF", "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS",
+                       "VANISHING_GRADIENT"),
     # out[:, -1] of outputs cut to the batch's longest row reads a position that the batch's
     # longest row decides: each row's answer depends on the other rows' lengths
     "PADDED_POSITION_READ": ("BATCH_MIXING",),

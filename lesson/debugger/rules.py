@@ -815,8 +815,8 @@ def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
                     "predicts each target at its frequency and ignores its input, after first "
                     f"updates that moved its weights by {ratio:.2g} of their norm, at its full "
                     f"learning rate ({start:.2g}) from step 0, without warm-up{layers}",
-                    evidence=evidence | {"stalled_at": _sig(level),
-                                         "marginal_entropy": _sig(ev.marginal_entropy),
+                    evidence=evidence | {"stalled_at": round(level, 4),
+                                         "marginal_entropy": round(ev.marginal_entropy, 4),
                                          "first_update_ratio": _sig(ratio)},
                     step=0)]
 

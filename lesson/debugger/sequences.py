@@ -129,7 +129,8 @@ class _Read:
 
     position: int
     first_step: int
-    stats: RunningStats = field(default_factory=lambda: RunningStats(("rows", "padded")))
+    #: rows read, rows padded at the position, rows read from outputs cut to the longest row
+    stats: RunningStats = field(default_factory=lambda: RunningStats(("rows", "padded", "cut")))
 
 
 @dataclass
@@ -441,15 +442,18 @@ class SequenceWatch:
                 continue
             padded = p.batch_first[:, position % m]
             rows: int | torch.Tensor = b
+            cut: int | torch.Tensor = 0
             if m < n:
                 # outputs cut to the batch's longest row (pad_packed_sequence does so): aligned
                 # with the input's first m positions when the longest row is m long, which is
-                # told on the device (no sync): both counts are 0 otherwise
-                cut = (~p.batch_first).any(0).sum() == m
-                padded, rows = padded & cut, cut * b
+                # told on the device (no sync): every count is 0 otherwise
+                aligned = (~p.batch_first).any(0).sum() == m
+                padded, rows = padded & aligned, aligned * b
+                cut = rows
             site = f"{where}: {'[:, ' if axis == 1 else '['}{position}]"
             read = self._reads.setdefault(site, _Read(position, step))
-            read.stats.update(padded.device, sums={"rows": rows, "padded": padded.sum()})
+            read.stats.update(padded.device,
+                              sums={"rows": rows, "padded": padded.sum(), "cut": cut})
             return
 
     def _on_loss(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, step: int,
@@ -723,17 +727,21 @@ class SequenceWatch:
 
     def _read_findings(self, host: dict[str, Any]) -> list[Finding]:
         for site, read in self._reads.items():
-            rows, padded = host[f"read\0{site}"][:2]
+            rows, padded, cut = host[f"read\0{site}"][:3]
             if padded >= MIN_PADDED_READS and rows and padded / rows >= PADDED_READ_SHARE:
+                what = ("the outputs stop at the batch's longest row, as pad_packed_sequence "
+                        "returns them, so that position is the last step of the longest rows "
+                        "only and the shorter ones are summarised by zeros" if cut else
+                        "those rows are summarised by the state after their padding")
                 return [Finding(
                     "PADDED_POSITION_READ",
                     f"{site} reads position {read.position} of a padded batch, which is "
-                    f"padding for {padded / rows:.0%} of the rows: those rows are summarised "
-                    "by the state after their padding, not after their last token",
+                    f"padding for {padded / rows:.0%} of the rows: {what}, not by their last "
+                    "token",
                     layer=site.split(":")[0] or None,
                     evidence={"site": site, "position": read.position,
                               "padded_share": round(padded / rows, 4), "rows_read": int(rows),
-                              "pad_id": self.pad_id},
+                              "outputs_cut_to_longest_row": bool(cut), "pad_id": self.pad_id},
                     step=read.first_step)]
         return []
 
