@@ -92,7 +92,7 @@ HEALTHY_INSIDE = {
 def test_healthy_models_that_handle_their_own_padding(name, seed):
     run = HEALTHY_INSIDE[name](seed)
     _clean(run)
-    assert run["accuracy"] >= 0.9
+    assert run["accuracy"] >= 0.85               # (the majority class is about 0.65)
     if "padding_moves" in run:                   # the padding is really ignored
         assert run["padding_moves"] < 1e-4
 

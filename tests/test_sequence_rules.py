@@ -137,11 +137,36 @@ def test_the_pad_id_from_row_tails():
 @pytest.mark.parametrize("rows", [
     [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0], [5, 6, 7, 8, 9]],     # one padded row: too few
     [[5, 6, 7, 8, 0], [5, 6, 7, 8, 0], [5, 6, 7, 8, 9]],     # runs of 1: an end-of-text mark
+    [[5, 6, 7, 0, 0], [5, 6, 7, 8, 0], [5, 6, 7, 8, 9]],     # one run of MIN_RUN: chance
     [[5, 6, 7, 0, 0], [5, 6, 7, 0, 0], [5, 6, 7, 0, 0]],     # one length for all: not padding
     [[0, 6, 7, 8, 9], [5, 6, 0, 0, 0], [7, 0, 0, 0, 0]],     # the id is also text
 ])
 def test_a_token_that_is_not_padding(rows):
     assert P.filler(torch.tensor(rows), 1) is None
+
+
+def test_two_runs_of_min_run_are_padding():
+    rows = [[5, 6, 7, 0, 0], [5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]
+    assert P.filler(torch.tensor(rows), 1) == (0, "right")
+
+
+def test_random_text_read_the_other_way_round_is_not_padding():
+    """Four rows of 20 random ids read time-first (rows of 4): id 6 ends two of them, one
+    twice, and occurs nowhere else; chance, not padding."""
+    x = torch.randint(1, 50, (4, 20), generator=torch.Generator().manual_seed(0))
+    assert P.filler(x, 0) is None and P.filler(x, 1) is None
+
+
+def test_a_padding_idx_named_beforehand():
+    rows = torch.tensor([[5, 6, 7, 8, 3], [5, 6, 7, 8, 3], [5, 6, 7, 8, 9]])
+    assert P.filler(rows, 1) is None                   # runs of one: no filler
+    assert P.ends_with(rows, 3, 1) == (3, "right")     # but the embedding said so
+    assert P.ends_with(rows.flip(1), 3, 1) == (3, "left")
+    assert P.ends_with(rows, 9, 1) is None             # ends one row only
+    inside = rows.clone()
+    inside[2, 0] = 3
+    assert P.ends_with(inside, 3, 1) is None           # also text
+    assert P.ends_with(torch.full((3, 5), 3), 3, 1) is None    # every position: no text
 
 
 def test_the_inside_share_threshold():
@@ -398,3 +423,182 @@ def test_small_or_constant_copies_are_not_watched():
         model.embed.weight.fill_(0.5)
         model.head.weight.fill_(0.5)
     assert equal_copies(model, list(model.named_parameters())) == []
+
+
+# -- attention's padding verdicts, sum by sum (attention._on_padding) ------------------------------
+def _sums(*, rows: float = 8, mass: float = 0.2, pad_keys: float = 32, pad_masked: float = 0,
+          real_keys: float = 32, real_masked: float = 0, future: dict | None = None,
+          past: dict | None = None) -> dict[str, float]:
+    """The running sums `_on_padding` reads: "all" keys as given; no future keys (so the
+    attention reads as not causal) unless `future`; "past" like "all" unless `past`."""
+    all_ = {"rows": rows, "mass": mass * rows, "pad_keys": pad_keys, "pad_masked": pad_masked,
+            "real_keys": real_keys, "real_masked": real_masked}
+    v = {f"all_{k}": x for k, x in all_.items()}
+    v |= {f"past_{k}": x for k, x in (all_ | (past or {})).items()}
+    v |= {f"future_{k}": x for k, x in ({"pad_keys": 0, "pad_masked": 0, "real_keys": 0,
+                                          "real_masked": 0} | (future or {})).items()}
+    return v
+
+
+def _verdict(v: dict[str, float]) -> str | None:
+    f = A._on_padding("attn", A._Site("mha", first_step=0), v)
+    return f.code if f is not None else None
+
+
+def test_pad_mass_and_pad_keys_masked_thresholds():
+    assert _verdict(_sums(mass=A.PAD_MASS)) == "ATTENTION_ON_PADDING"            # at the line
+    assert _verdict(_sums(mass=A.PAD_MASS * 0.99)) is None
+    assert _verdict(_sums(pad_masked=32 * A.PAD_KEYS_MASKED)) == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(pad_masked=32 * A.PAD_KEYS_MASKED + 1)) is None      # mostly masked
+    assert _verdict(_sums(rows=A.MIN_PADDED_ROWS)) == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(rows=A.MIN_PADDED_ROWS - 1)) is None                 # too few rows
+
+
+def test_inverted_mass_and_real_keys_masked_thresholds():
+    inverted = {"mass": A.INVERTED_MASS, "real_masked": 32 * A.INVERTED_REAL_MASKED}
+    assert _verdict(_sums(**inverted)) == "PADDING_MASK_INVERTED"                # both at the line
+    # each condition false alone: the weight on padding, the real keys masked
+    assert _verdict(_sums(**inverted | {"mass": A.INVERTED_MASS - 0.01})) \
+        == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(**inverted | {"real_masked": 32 * A.INVERTED_REAL_MASKED - 1})) \
+        == "ATTENTION_ON_PADDING"
+    # and the real keys counted: too few pairs to call the mask inverted
+    few = A.MIN_REAL_KEYS - 1
+    assert _verdict(_sums(mass=1.0, real_keys=few, real_masked=few)) == "ATTENTION_ON_PADDING"
+
+
+def test_an_inverted_mask_that_leaves_no_key_needs_enough_real_keys():
+    """No row could see a padded key (rows 0: no padding in the batch, or NaN rows), yet the
+    mask hides the real keys: judged on MIN_REAL_KEYS (query, key) pairs or more."""
+    n = A.MIN_REAL_KEYS
+    assert _verdict(_sums(rows=0, real_keys=n, real_masked=n)) == "PADDING_MASK_INVERTED"
+    assert _verdict(_sums(rows=0, real_keys=n - 1, real_masked=n - 1)) is None
+    assert _verdict(_sums(rows=0, real_keys=n, real_masked=n * A.INVERTED_REAL_MASKED - 1)) \
+        is None
+
+
+def test_causal_attention_thresholds():
+    """Causal when at least CAUSAL_MASKED of the real keys after the queries are masked and
+    at most CAUSAL_PAST_MASKED of those before: then only the padding before a query counts
+    (here none: right padding under a causal mask is fine)."""
+    clean_past = {"rows": 0, "mass": 0, "pad_keys": 0}
+    causal = _sums(past=clean_past, future={"real_keys": 100, "real_masked": 100 * A.CAUSAL_MASKED})
+    assert _verdict(causal) is None
+    # the future not masked enough: not causal, the padding after the queries counts
+    assert _verdict(_sums(past=clean_past, future={"real_keys": 100, "real_masked": 98})) \
+        == "ATTENTION_ON_PADDING"
+    # the past masked too: no causal mask (an inverted one, here)
+    inverted_past = clean_past | {"real_keys": 32, "real_masked": 32 * A.CAUSAL_PAST_MASKED + 1}
+    v = _sums(past=inverted_past, future={"real_keys": 100, "real_masked": 100})
+    assert A._on_padding("attn", A._Site("mha"), v).evidence["causal"] is False
+    at_line = clean_past | {"real_keys": 32, "real_masked": 32 * A.CAUSAL_PAST_MASKED}
+    assert _verdict(_sums(past=at_line, future={"real_keys": 100, "real_masked": 100})) is None
+
+
+def test_masked_score_threshold():
+    """Scores at or below MASKED_SCORE are a mask: the real keys scored so are hidden (an
+    inverted mask); a score just above is a (very low) score, not a mask."""
+    t, rows = 8, 8
+    key_pad = torch.tensor([[False] * 4 + [True] * 4]).expand(rows, t)
+
+    def verdict(real_score: float) -> list[str]:
+        scores = torch.tensor([real_score] * 4 + [0.0] * 4).expand(rows, 1, t, t).clone()
+        inspector = A.AttentionInspector()
+        inspector.observe_scores("attn", "softmax", scores, 0, key_pad, key_pad)
+        return [f.code for f in inspector.findings()]
+    assert verdict(A.MASKED_SCORE) == ["PADDING_MASK_INVERTED"]
+    assert verdict(A.MASKED_SCORE * 0.99) == ["ATTENTION_ON_PADDING"]
+
+
+def test_saturation_reads_the_first_early_steps_only():
+    saturated = _rows_with_entropy(A.SATURATED_ENTROPY - 0.05)
+    uniform = _rows_with_entropy(0.99)
+
+    def verdict(saturated_steps: int) -> list[str]:
+        inspector = A.AttentionInspector()
+        for step in range(A.EARLY_STEPS + 5):
+            rows = saturated if step < saturated_steps else uniform
+            inspector.observe_probs("attn", "softmax", rows, step=step)
+        return [f.code for f in inspector.findings()]
+    assert verdict(A.EARLY_STEPS) == ["ATTENTION_SATURATED"]    # later steps learnt to spread
+    assert verdict(A.EARLY_STEPS - 1) == []       # a spread row among the early ones: on average
+
+
+# -- bounds on the host work of the pad-id search and the evaluation checks ------------------------
+def test_pad_searches_stop_after_max_pad_searches():
+    def found_after(clean_batches: int) -> int | None:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        for step in range(clean_batches):
+            watch.on_train_forward((_text(4, 20, seed=step),), {}, step, True, [])
+            watch.end_step(step)
+        watch.on_train_forward((_padded_batch(0.2),), {}, clean_batches, True, [])
+        return watch.pad_id
+    assert found_after(S.MAX_PAD_SEARCHES - 1) == 0
+    assert found_after(S.MAX_PAD_SEARCHES) is None
+
+
+def test_pad_search_skips_batches_over_max_host_tokens():
+    def pad_of(width: int) -> int | None:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        x = torch.randint(1, 50, (4, width), generator=torch.Generator().manual_seed(0))
+        x[1:, -3:] = 0
+        x[2:, -5:] = 0
+        watch.on_train_forward((x,), {}, 0, True, [])
+        return watch.pad_id
+    assert pad_of(S.MAX_HOST_TOKENS // 4) == 0
+    assert pad_of(S.MAX_HOST_TOKENS // 4 + 1) is None
+
+
+def test_token_ids_counted_below_max_token_id():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch._count_ids(torch.tensor([[S.MAX_TOKEN_ID - 1, S.MAX_TOKEN_ID, 3, -1]]))
+    counts = watch._train_ids
+    assert counts.numel() == S.MAX_TOKEN_ID and int(counts.sum()) == 2
+    assert int(counts[S.MAX_TOKEN_ID - 1]) == 1 and int(counts[3]) == 1
+
+
+def _left_padded_generation(passes_before: int) -> list[str]:
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _padded_batch(0.2)
+    watch.on_train_forward((x,), {"key_padding_mask": x == 0}, 0, True, [])
+    for _ in range(passes_before):
+        watch.on_eval_forward((_text(4, 8),), {}, 1)
+    prompts = _text(4, 8)
+    prompts[1:, :3] = 0
+    watch.on_eval_forward((prompts,), {}, 2)
+    return [f.code for f in watch.findings()]
+
+
+def test_evaluation_passes_checked_up_to_max_eval_passes():
+    assert _left_padded_generation(S.MAX_EVAL_PASSES - 1) == ["GENERATION_ON_PADDING"]
+    assert _left_padded_generation(S.MAX_EVAL_PASSES) == []
+
+
+def test_train_unmasked_pad_share_threshold():
+    """GENERATION_ON_PADDING only while training showed at most TRAIN_UNMASKED_PAD_SHARE of
+    its tokens as unmasked padding with a token after it."""
+    def verdict(unmasked: int) -> list[str]:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        x = _padded_batch(0.2)                                  # 1000 tokens, masked
+        watch.on_train_forward((x,), {"key_padding_mask": x == 0}, 0, True, [])
+        left = _text(10, 100, seed=3)                           # 1000 tokens, some left pads
+        for row in range(unmasked):
+            left[row + 1, 0] = 0
+        watch.on_train_forward((left,), {}, 1, True, [])
+        prompts = _text(4, 8)
+        prompts[1:, :3] = 0
+        watch.on_eval_forward((prompts,), {}, 2)
+        return [f.code for f in watch.findings()]
+    at_line = round(S.TRAIN_UNMASKED_PAD_SHARE * 2000)
+    assert verdict(at_line) == ["GENERATION_ON_PADDING"]
+    assert verdict(at_line + 1) == []
+
+
+def test_copies_min_elements_threshold():
+    from lesson.debugger.copies import MIN_ELEMENTS
+
+    at_line = Tied(n=MIN_ELEMENTS // 4)                     # (n, 4): MIN_ELEMENTS elements
+    assert [(a, b) for a, b, *_ in equal_copies(at_line, list(at_line.named_parameters()))] \
+        == [("embed.weight", "head.weight")]
+    below = Tied(n=MIN_ELEMENTS // 4 - 1)
+    assert equal_copies(below, list(below.named_parameters())) == []
