@@ -297,6 +297,119 @@ def test_padded_read_threshold():
     assert _read_verdict(5, position=0) == []      # position 0 is real in every row
 
 
+def _cut_read(longest: int, out_length: int, position: int = -1) -> list:
+    """Rows of 12 ids padded with 0 after `longest` ids at most (row 0 is that long); a read of
+    outputs `out_length` long, as pad_packed_sequence cuts them to the longest row."""
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _text(40, 12)
+    lengths = torch.arange(40) % (longest - 3) + 3
+    lengths[0] = longest
+    x[torch.arange(12)[None, :] >= lengths[:, None]] = 0
+    watch.on_train_forward((x,), {}, 0, True, [])
+    out = torch.randn(40, out_length, 4)
+    watch.on_call(torch.Tensor.__getitem__, (out, (slice(None), position)), {},
+                  out[:, position], "rnn", 0, True)
+    return watch.findings()
+
+
+def test_a_read_of_outputs_cut_to_the_longest_row():
+    found = _cut_read(9, 9)
+    assert [f.code for f in found] == ["PADDED_POSITION_READ"]
+    assert found[0].evidence["outputs_cut_to_longest_row"] is True
+    assert found[0].evidence["padded_share"] > 0.8          # every row shorter than 9
+    # each condition false alone: outputs of another length than the longest row are not the
+    # batch cut to it; position 0 is real in every row; full-length outputs are read as before
+    assert _cut_read(9, 8) == [] and _cut_read(9, 10) == []
+    assert _cut_read(9, 9, position=0) == []
+    full = _cut_read(12, 12)
+    assert [f.code for f in full] == ["PADDED_POSITION_READ"]
+    assert full[0].evidence["outputs_cut_to_longest_row"] is False
+
+
+# -- token ids looked up inside the model -----------------------------------------------------------
+def test_ids_looked_up_inside_the_model_align_attention_with_padding():
+    """The model is given (B, T) ids and embeds (B, T + 1) of them (a summary token first):
+    attention over T + 1 keys is read against the padding of what the embedding saw."""
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _padded_batch(0.3, b=8, t=20)
+    watch.on_train_forward((x,), {}, 0, True, [])
+    assert watch.pad_id == 0
+    inside = torch.cat([torch.full((8, 1), 49), x], 1)
+    weight = torch.randn(50, 4)
+    watch.on_call(F.embedding, (inside, weight), {}, None, "embed", 0, True)
+    watch.on_call(F.embedding, (x, weight), {}, None, "embed", 0, True)    # the root's: kept
+    assert [p.place for p in watch._padded] == [0, "embed: input"]
+    probs = torch.full((8, 1, 21, 21), 1 / 21)                  # no mask: uniform
+    watch.on_softmax_module("attn", nn.Softmax(-1), probs, 0)
+    assert [f.code for f in watch.findings()] == ["ATTENTION_ON_PADDING"]
+
+
+def test_ids_looked_up_inside_find_the_pad_id_when_the_model_is_given_none():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch.on_train_forward((torch.randn(8, 3),), {}, 0, True, [])   # no token input
+    x = _padded_batch(0.3, b=8, t=20)
+    watch.on_call(F.embedding, (x, torch.randn(50, 4)), {}, None, "embed", 0, True)
+    assert watch.pad_id == 0 and watch._padded[0].place == "embed: input"
+    # an embedding's padding_idx names it when the rows are padded alike
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    alike = _text(8, 20)
+    alike[alike == 7] = 8
+    alike[:, -1] = 7
+    watch.on_call(F.embedding, (alike, torch.randn(50, 4)), {"padding_idx": 7}, None,
+                  "embed", 0, True)
+    assert watch.pad_id == 7 and "padding_idx" in watch.pad_source
+    # not on a step without full statistics, nor for float inputs
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch.on_call(F.embedding, (x, torch.randn(50, 4)), {}, None, "embed", 0, False)
+    watch.on_call(F.embedding, (x.float(), torch.randn(50, 4)), {}, None, "embed", 0, True)
+    assert watch.pad_id is None and watch._padded == []
+
+
+# -- the marginal entropy of the targets ------------------------------------------------------------
+def test_marginal_entropy_counts_the_targets_the_loss_counts():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    assert watch.marginal_entropy() is None
+    y = torch.tensor([0, 1, 2, 3, -100, -100])
+    logits = torch.zeros(6, 4)
+    watch.on_call(F.cross_entropy, (logits, y), {}, F.cross_entropy(logits, y), "", 0, True)
+    assert watch.marginal_entropy() == pytest.approx(math.log(4))       # uniform over 4
+    # another head's loss (other classes) and a light step do not count
+    watch.on_call(F.cross_entropy, (torch.zeros(3, 7), torch.zeros(3, dtype=torch.long)), {},
+                  torch.tensor(0.0), "", 1, True)
+    watch.on_call(F.cross_entropy, (logits, torch.zeros(6, dtype=torch.long)), {},
+                  torch.tensor(0.0), "", 2, False)
+    assert watch.marginal_entropy() == pytest.approx(math.log(4))
+    # ignore_index, and (N, C, T) logits with (N, T) targets
+    watch.on_call(F.cross_entropy, (torch.zeros(2, 4, 3), torch.tensor([[0, 0, 7], [0, 0, 7]])),
+                  {"ignore_index": 7}, torch.tensor(0.0), "", 3, True)
+    counts = [1 + 4, 1, 1, 1]
+    expected = -sum(c / 8 * math.log(c / 8) for c in counts)
+    assert watch.marginal_entropy() == pytest.approx(expected)
+
+
+def test_the_batch_probe_keeps_each_rows_padding():
+    """A model whose outputs depend on the batch's longest row (out[:, -1] of outputs cut to
+    it) but on no other row's content: changing sample 0's tokens but not its padding moves
+    no other row."""
+    from lesson.debugger import dependence
+
+    class LongestRow(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            longest = int((x != 0).sum(1).max())
+            return self.embed(x)[:, :longest].cumsum(1)[:, -1]
+
+    x = _text(6, 10)
+    x[:, 7:] = 0
+    x[1:, 5:] = 0
+    call = dependence.Call(x, where=0, batch_dim=0, time_dim=1)
+    assert dependence.batch_leak(LongestRow(), call) is not None       # its padding changed
+    assert dependence.batch_leak(LongestRow(), call, pad_id=0) is None
+
+
 # -- accumulation ---------------------------------------------------------------------------------
 def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]],
                   token_inputs: bool = True) -> list[str]:
@@ -357,6 +470,57 @@ def test_warmup_thresholds():
         == ["WARMUP_MISSING"]
     late = [2.0] * th.warmup_window + [9.0] * 10            # after the window
     assert _warmup(late, lr) == []
+
+
+def _stall(level: float, ratio: float, *, marginal: float | None = 2.0, post_ln: bool | None = True,
+           transformer: bool = True, lrs: list | None = None, losses: int = 40,
+           first_step: int = 0) -> list[str]:
+    """A run whose loss falls from 3.0 to `level` in 4 steps and stays; first updates of
+    median relative size `ratio` (three weight matrices, a bias that does not count)."""
+    curve = [3.0, 2.8, 2.6, 2.4] + [level] * (losses - 4)
+    params = {"a": {"update_ratio": ratio * 0.5, "ndim": 2},
+              "b": {"update_ratio": ratio, "ndim": 2},
+              "c": {"update_ratio": ratio * 2, "ndim": 2},
+              "bias": {"update_ratio": 10.0, "ndim": 1}}
+    ev = rules.Evidence(losses=curve, lrs=lrs or [(0, 1e-2)], transformer=transformer,
+                        post_ln=post_ln, steps=losses, marginal_entropy=marginal,
+                        history=[{"step": first_step, "params": params}])
+    return [f.code for f in rules.rule_warmup_missing(ev, rules.Thresholds())]
+
+
+def test_warmup_stall_thresholds():
+    th = rules.Thresholds()
+    at = th.warmup_stall * 2.0
+    big = th.warmup_update_ratio
+    assert _stall(at, big) == ["WARMUP_MISSING"]                      # both at the line
+    assert _stall(at - 0.01, big) == []                               # learnt below it
+    assert _stall(at, big * 0.99) == []                               # first updates small
+    # each other condition false alone
+    assert _stall(at, big, marginal=None) == []                       # no targets counted
+    assert _stall(at, big, post_ln=False) == []                       # pre-LN layers
+    assert _stall(at, big, post_ln=None) == ["WARMUP_MISSING"]        # hand-written blocks
+    assert _stall(at, big, transformer=False) == []
+    assert _stall(at, big, lrs=[(0, 1e-2 * (th.warmup_start_share - 0.01)), (5, 1e-2)]) == []
+    assert _stall(at, big, losses=th.min_losses - 1) == []            # too short to tell
+    finding = rules.rule_warmup_missing(rules.Evidence(
+        losses=[3.0] * 4 + [at] * 36, lrs=[(0, 1e-2)], transformer=True, post_ln=True,
+        steps=40, marginal_entropy=2.0,
+        history=[{"step": 0, "params": {"w": {"update_ratio": 0.3, "ndim": 2}}}]),
+        th)[0]
+    assert finding.evidence["first_update_ratio"] == 0.3
+    assert finding.evidence["marginal_entropy"] == 2.0 and finding.step == 0
+
+
+def test_warmup_stall_reads_the_window_only():
+    """A run that stalls after the warm-up window (the first quarter, 200 steps at least) is
+    not the first steps' doing."""
+    th = rules.Thresholds()
+    trained = [3.0] + [0.5] * (th.warmup_window - 1)
+    later = trained + [2.0] * th.warmup_window
+    ev = rules.Evidence(losses=later, lrs=[(0, 1e-2)], transformer=True, post_ln=True,
+                        steps=len(later), marginal_entropy=2.0,
+                        history=[{"step": 0, "params": {"w": {"update_ratio": 0.3, "ndim": 2}}}])
+    assert rules.rule_warmup_missing(ev, th) == []
 
 
 # -- generation on padding ------------------------------------------------------------------------
