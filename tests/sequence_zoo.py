@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -57,6 +58,38 @@ def lengths_for(batch: int, low: int, high: int, g: torch.Generator) -> torch.Te
     lengths = torch.randint(low, high + 1, (batch,), generator=g)
     lengths[0] = high
     return lengths
+
+
+# -- one training loop under the debugger ---------------------------------------------------------
+def run_under_debugger(model: nn.Module, opt: torch.optim.Optimizer, steps: int,
+                       loss_at: Callable[[int], torch.Tensor], *,
+                       criterion: nn.Module | None = None, scheduler=None,
+                       evaluate: Callable[[], dict] | None = None,
+                       debugger_kw: dict | None = None) -> dict:
+    """Train `model` with the debugger watching: `loss_at(step)` computes a step's loss;
+    `evaluate()`, run after training in eval mode without gradients (the debugger sees those
+    passes), returns results to add. Returns losses, findings, codes and the debugger."""
+    from lesson import NetworkDebugger
+
+    losses = []
+    with NetworkDebugger(model, opt, criterion, **(debugger_kw or {})) as dbg:
+        for step in range(steps):
+            loss = loss_at(step)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        extra = {}
+        if evaluate is not None:
+            model.eval()
+            with torch.no_grad():
+                extra = evaluate()
+        findings = dbg.diagnose()
+    return {"losses": losses, "findings": findings, "codes": {f.code for f in findings},
+            "debugger": dbg} | extra
 
 
 # -- a causal LM with hand-written attention ---------------------------------------------------
@@ -129,30 +162,20 @@ def train_lm(seed: int, *, steps: int = 60, shift: bool = True, debugger_kw: dic
              batch: int = 16, warmup: bool = True, **model_kw) -> dict:
     """Train a CausalLM on a Markov language under the debugger; returns losses, floor,
     findings and the debugger."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     lang = Markov(vocab, choices, seed)
     model = CausalLM(vocab, length=length, **model_kw)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LinearLR(opt, 0.1, 1.0, 10) if warmup else None
-    losses = []
-    with NetworkDebugger(model, opt, **(debugger_kw or {})) as dbg:
-        for _ in range(steps):
-            seq = lang.sample(batch, length + 1)
-            x, y = (seq[:, :-1], seq[:, 1:]) if shift else (seq[:, :-1], seq[:, :-1])
-            loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if sched is not None:
-                sched.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        findings = dbg.diagnose()
-    return {"losses": losses, "floor": lang.floor, "chance": math.log(vocab),
-            "findings": findings, "codes": {f.code for f in findings}, "debugger": dbg,
-            "model": model, "lang": lang}
+
+    def loss_at(step: int) -> torch.Tensor:
+        seq = lang.sample(batch, length + 1)
+        x, y = (seq[:, :-1], seq[:, 1:]) if shift else (seq[:, :-1], seq[:, :-1])
+        return F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+
+    run = run_under_debugger(model, opt, steps, loss_at, scheduler=sched,
+                             debugger_kw=debugger_kw)
+    return run | {"floor": lang.floor, "chance": math.log(vocab), "model": model, "lang": lang}
 
 
 # -- an nn.TransformerEncoder classifier over padded token sequences ------------------------------
@@ -193,29 +216,20 @@ def count_task(seed: int, batch: int, pad: int, vocab: int = 10, low: int = 6, h
 
 def train_encoder(seed: int, *, steps: int = 80, pad: int = 0, lr: float = 2e-3,
                   batch: int = 32, **model_kw) -> dict:
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     model = EncoderClassifier(10, 2, pad, **model_kw)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss()
-    losses = []
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for step in range(steps):
-            x, y, kpm = count_task(seed * 1000 + step, batch, pad)
-            loss = crit(model(x, key_padding_mask=kpm), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            x, y, kpm = count_task(10_000 + seed, 256, pad)
-            acc = float((model(x, key_padding_mask=kpm).argmax(1) == y).float().mean())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+
+    def loss_at(step: int) -> torch.Tensor:
+        x, y, kpm = count_task(seed * 1000 + step, batch, pad)
+        return crit(model(x, key_padding_mask=kpm), y)
+
+    def evaluate() -> dict:
+        x, y, kpm = count_task(10_000 + seed, 256, pad)
+        return {"accuracy": float((model(x, key_padding_mask=kpm).argmax(1) == y).float().mean())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
 
 
 # -- a GRU tagger over padded sentences -----------------------------------------------------------
@@ -255,34 +269,24 @@ class GRUClassifier(nn.Module):
 def train_gru_classifier(seed: int, *, steps: int = 80, pad: int = 0, lr: float = 1e-2,
                          batch: int = 32, **model_kw) -> dict:
     """Class = the tag of the last real token (see tag_task)."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     model = GRUClassifier(12, 3, pad, **model_kw)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss()
-    losses = []
 
     def data(s: int, n: int):
         x, tags, _, lengths = tag_task(s, n, pad)
         return x, lengths, tags[torch.arange(n), lengths - 1]
 
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for step in range(steps):
-            x, lengths, y = data(seed * 1000 + step, batch)
-            loss = crit(model(x, lengths), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            x, lengths, y = data(10_000 + seed, 256)
-            acc = float((model(x, lengths).argmax(-1) == y).float().mean())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+    def loss_at(step: int) -> torch.Tensor:
+        x, lengths, y = data(seed * 1000 + step, batch)
+        return crit(model(x, lengths), y)
+
+    def evaluate() -> dict:
+        x, lengths, y = data(10_000 + seed, 256)
+        return {"accuracy": float((model(x, lengths).argmax(-1) == y).float().mean())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
 
 
 def tag_task(seed: int, batch: int, pad: int, vocab: int = 12, low: int = 5, high: int = 16):
@@ -300,30 +304,21 @@ def tag_task(seed: int, batch: int, pad: int, vocab: int = 12, low: int = 5, hig
 
 def train_tagger(seed: int, *, steps: int = 80, pad: int = 0, ignore_padding: bool = True,
                  lr: float = 1e-2, batch: int = 32, **model_kw) -> dict:
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     model = GRUTagger(12, 3, pad, **model_kw)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss(ignore_index=-100)
-    losses = []
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for step in range(steps):
-            x, tags, real, _ = tag_task(seed * 1000 + step, batch, pad)
-            y = torch.where(real, tags, -100) if ignore_padding else tags
-            loss = crit(model(x).reshape(-1, 3), y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            x, tags, real, _ = tag_task(10_000 + seed, 256, pad)
-            acc = float((model(x).argmax(-1) == tags)[real].float().mean())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+
+    def loss_at(step: int) -> torch.Tensor:
+        x, tags, real, _ = tag_task(seed * 1000 + step, batch, pad)
+        y = torch.where(real, tags, -100) if ignore_padding else tags
+        return crit(model(x).reshape(-1, 3), y.reshape(-1))
+
+    def evaluate() -> dict:
+        x, tags, real, _ = tag_task(10_000 + seed, 256, pad)
+        return {"accuracy": float((model(x).argmax(-1) == tags)[real].float().mean())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
 
 
 # -- a GRU seq2seq with teacher forcing -----------------------------------------------------------
@@ -346,15 +341,12 @@ class Seq2Seq(nn.Module):
 def train_seq2seq(seed: int, *, steps: int = 120, lr: float = 1e-2, batch: int = 32,
                   length: int = 6, vocab: int = 8) -> dict:
     """Reverse a sequence; BOS is id vocab - 1 (the tokens use 0..vocab-2)."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = Seq2Seq(vocab)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss()
     bos = vocab - 1
-    losses = []
 
     def batch_of(n: int):
         src = torch.randint(0, vocab - 1, (n, length), generator=g)
@@ -362,22 +354,15 @@ def train_seq2seq(seed: int, *, steps: int = 120, lr: float = 1e-2, batch: int =
         tgt_in = torch.cat([torch.full((n, 1), bos), tgt[:, :-1]], 1)
         return src, tgt_in, tgt
 
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for _ in range(steps):
-            src, tgt_in, tgt = batch_of(batch)
-            loss = crit(model(src, tgt_in).reshape(-1, vocab), tgt.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            src, tgt_in, tgt = batch_of(256)
-            acc = float((model(src, tgt_in).argmax(-1) == tgt).float().mean())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+    def loss_at(step: int) -> torch.Tensor:
+        src, tgt_in, tgt = batch_of(batch)
+        return crit(model(src, tgt_in).reshape(-1, vocab), tgt.reshape(-1))
+
+    def evaluate() -> dict:
+        src, tgt_in, tgt = batch_of(256)
+        return {"accuracy": float((model(src, tgt_in).argmax(-1) == tgt).float().mean())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
 
 
 # -- a causal LM on padded documents: padding in the loss, accumulation, generation ---------------
@@ -500,32 +485,23 @@ def train_hf(seed: int, *, steps: int = 60, pad: int = 0, causal: bool = True,
              batch: int = 16) -> dict:
     """HF-style training: labels = input_ids with -100 at the padding; the model shifts them.
     Left padding with `left`."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     lang = Markov(vocab, 3, seed)
     low = 1 if pad == 0 else 0
     model = HFStyleLM(vocab + 1, length=length, causal=causal, invert_mask=invert_mask)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    with NetworkDebugger(model, opt) as dbg:
-        for _ in range(steps):
-            ids = padded_documents(lang, batch, length - 1, pad, low, g)
-            if left:
-                real = ids != pad
-                ids = torch.stack([torch.cat([r[~m], r[m]]) for r, m in zip(ids, real)])
-            mask = (ids != pad).long()
-            labels = ids.masked_fill(mask == 0, -100)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        findings = dbg.diagnose()
-    return {"losses": losses, "floor": lang.floor, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+
+    def loss_at(step: int) -> torch.Tensor:
+        ids = padded_documents(lang, batch, length - 1, pad, low, g)
+        if left:
+            real = ids != pad
+            ids = torch.stack([torch.cat([r[~m], r[m]]) for r, m in zip(ids, real)])
+        mask = (ids != pad).long()
+        labels = ids.masked_fill(mask == 0, -100)
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    return run_under_debugger(model, opt, steps, loss_at) | {"floor": lang.floor}
 
 
 class TorchDecoderLM(nn.Module):
@@ -572,8 +548,6 @@ def train_plain_lm(model: nn.Module, seed: int, *, steps: int = 60, batch_first:
     """Next-token training of any (x) -> logits model on a Markov language; time-first batches
     with `batch_first=False`; `warmup` steps of a linear warm-up from 1% of `lr`, then a cosine
     decay."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     lang = Markov(vocab, 3, seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -582,24 +556,16 @@ def train_plain_lm(model: nn.Module, seed: int, *, steps: int = 60, batch_first:
         torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps - warmup)], [warmup]) \
         if warmup else None
     crit = nn.CrossEntropyLoss()
-    losses = []
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for _ in range(steps):
-            seq = lang.sample(batch, length + 1)
-            if not batch_first:
-                seq = seq.t().contiguous()
-            x, y = (seq[:, :-1], seq[:, 1:]) if batch_first else (seq[:-1], seq[1:])
-            loss = crit(model(x).reshape(-1, vocab), y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if sched is not None:
-                sched.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        findings = dbg.diagnose()
-    return {"losses": losses, "floor": lang.floor, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+
+    def loss_at(step: int) -> torch.Tensor:
+        seq = lang.sample(batch, length + 1)
+        if not batch_first:
+            seq = seq.t().contiguous()
+        x, y = (seq[:, :-1], seq[:, 1:]) if batch_first else (seq[:-1], seq[1:])
+        return crit(model(x).reshape(-1, vocab), y.reshape(-1))
+
+    run = run_under_debugger(model, opt, steps, loss_at, criterion=crit, scheduler=sched)
+    return run | {"floor": lang.floor}
 
 
 # -- padding the model itself handles: a summary token prepended inside, masks built inside,
@@ -660,32 +626,23 @@ def train_summary(seed: int, *, steps: int = 120, pad: int = 0, lr: float = 3e-3
     """SummaryClassifier on count_task (is token a more frequent than token b?). Also returns
     how far the evaluation's class probabilities move when the same sequences get 8 more pad
     tokens (0 for a model that ignores its padding)."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     model = SummaryClassifier(vocab, 2, pad, **model_kw)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss()
-    losses = []
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for step in range(steps):
-            x, y, _ = count_task(seed * 1000 + step, batch, pad, vocab)
-            loss = crit(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            x, y, _ = count_task(10_000 + seed, 256, pad, vocab)
-            probs = model(x).softmax(-1)
-            acc = float((probs.argmax(1) == y).float().mean())
-            longer = F.pad(x, (0, 8), value=pad)
-            moved = float((model(longer).softmax(-1) - probs).abs().max())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "padding_moves": moved, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+
+    def loss_at(step: int) -> torch.Tensor:
+        x, y, _ = count_task(seed * 1000 + step, batch, pad, vocab)
+        return crit(model(x), y)
+
+    def evaluate() -> dict:
+        x, y, _ = count_task(10_000 + seed, 256, pad, vocab)
+        probs = model(x).softmax(-1)
+        longer = F.pad(x, (0, 8), value=pad)
+        return {"accuracy": float((probs.argmax(1) == y).float().mean()),
+                "padding_moves": float((model(longer).softmax(-1) - probs).abs().max())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
 
 
 class PackedClassifier(nn.Module):
@@ -725,33 +682,23 @@ def train_packed(seed: int, *, steps: int = 100, pad: int = 0, lr: float = 1e-2,
     """PackedClassifier on tag_task's rows: the class is the tag of the last real token. Every
     row is padded `extra` ids past the longest one can be (a fixed width, as datasets store
     them), so the unpacked outputs are shorter than the batch."""
-    from lesson import NetworkDebugger
-
     torch.manual_seed(seed)
     model = PackedClassifier(12, 3, pad, **model_kw)
     time_first = not model.batch_first
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     crit = nn.CrossEntropyLoss()
-    losses = []
 
     def data(s: int, n: int):
         x, tags, _, lengths = tag_task(s, n, pad, high=14)
         x = F.pad(x, (0, extra), value=pad)
         return (x.t().contiguous() if time_first else x), tags[torch.arange(n), lengths - 1]
 
-    with NetworkDebugger(model, opt, crit) as dbg:
-        for step in range(steps):
-            x, y = data(seed * 1000 + step, batch)
-            loss = crit(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            dbg.record_loss(loss.detach())
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            x, y = data(10_000 + seed, 256)
-            acc = float((model(x).argmax(-1) == y).float().mean())
-        findings = dbg.diagnose()
-    return {"losses": losses, "accuracy": acc, "findings": findings,
-            "codes": {f.code for f in findings}, "debugger": dbg}
+    def loss_at(step: int) -> torch.Tensor:
+        x, y = data(seed * 1000 + step, batch)
+        return crit(model(x), y)
+
+    def evaluate() -> dict:
+        x, y = data(10_000 + seed, 256)
+        return {"accuracy": float((model(x).argmax(-1) == y).float().mean())}
+
+    return run_under_debugger(model, opt, steps, loss_at, criterion=crit, evaluate=evaluate)
