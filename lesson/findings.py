@@ -42,6 +42,7 @@ TOOLS: dict[str, str] = {
     "nonfinite": "locate_nonfinite(model, x, y, criterion)",
     "data_validator": "validate_data(x_train, y_train, x_test, y_test)",
     "label_issues": "find_label_issues(model_factory, x, y) and check_labels_carry_signal(...)",
+    "causality": "check_causality(model, inputs)",
 }
 
 
@@ -253,6 +254,85 @@ CODES: dict[str, Code] = {
               "Check that inputs and labels are indexed and shuffled together (one "
               "permutation for both).",
               _S.CRITICAL, "data", "label_issues"),
+        # -- sequence models and language models (issue 29) -----------------------------------
+        _code("CAUSAL_LEAK", "An output position depends on inputs after it (the causal mask "
+              "is missing, wrong, or too weak): the model reads the token it must predict, so "
+              "the training loss falls below what the data allows and generation fails.",
+              "Mask the future: is_causal=True in F.scaled_dot_product_attention, "
+              "mask=nn.Transformer.generate_square_subsequent_mask(T) (or is_causal=True) for "
+              "nn.TransformerEncoder/MultiheadAttention, scores.masked_fill(future, "
+              "float('-inf')) before softmax in hand-written attention (never a small "
+              "negative number); then check_causality(model, x) must come back empty.",
+              _S.ERROR, "model", "causality"),
+        _code("TARGETS_NOT_SHIFTED", "Next-token targets equal the model's inputs (not shifted "
+              "by one): the model learns to copy the token it is given and the loss falls to "
+              "about 0.",
+              "Predict the next token: feed tokens[:, :-1] and compare the logits with "
+              "tokens[:, 1:] (inputs drop the last token, targets the first).",
+              _S.ERROR, "loss", "monitor"),
+        _code("PADDING_IN_LOSS", "The targets hold the padding id and the loss does not ignore "
+              "it: the model is trained to predict padding, the loss looks better than the real "
+              "tokens' and they are learnt worse.",
+              "Pass ignore_index=pad_id to nn.CrossEntropyLoss / F.cross_entropy (or set the "
+              "padded targets to -100, the default ignore_index), or weight the token losses "
+              "by the padding mask.",
+              _S.ERROR, "loss", "monitor"),
+        _code("PADDING_MASK_INVERTED", "The key padding mask masks the real tokens and keeps "
+              "the padding (key_padding_mask / src_key_padding_mask are True at the padding; "
+              "an attention_mask is 1 at the real tokens): every token attends to padding only.",
+              "Build key_padding_mask = (tokens == pad_id), True at the padding; an HF-style "
+              "attention_mask is (tokens != pad_id).long(). Do not pass one convention where "
+              "the other is expected.",
+              _S.ERROR, "model", "monitor"),
+        _code("ATTENTION_ON_PADDING", "Attention puts mass on padded keys: no key padding mask "
+              "is given where the batch holds padding, so each output mixes in pad tokens and "
+              "depends on how much padding its batch got.",
+              "Pass key_padding_mask=(tokens == pad_id) (src_key_padding_mask to "
+              "nn.TransformerEncoder, an attn_mask to F.scaled_dot_product_attention), or fill "
+              "the scores of padded keys with -inf before softmax.",
+              _S.ERROR, "model", "monitor"),
+        _code("ATTENTION_SATURATED", "Attention rows are one-hot from the start (their entropy "
+              "is near 0): the scores are not scaled by 1/sqrt(d), softmax saturates and passes "
+              "almost no gradient, so learning is slow or stuck.",
+              "Divide the scores by math.sqrt(head_dim): (q @ k.transpose(-2, -1)) / "
+              "math.sqrt(q.shape[-1]) (F.scaled_dot_product_attention does it for you).",
+              _S.ERROR, "model", "monitor"),
+        _code("PADDED_POSITION_READ", "A padded batch is read at a position that is padding "
+              "for some rows (out[:, -1] on right-padded sequences): those rows are summarised "
+              "by the state after their padding, not after their last real token.",
+              "Read each row at its own last real position, out[torch.arange(B), lengths - 1], "
+              "or pack the batch (nn.utils.rnn.pack_padded_sequence) and use h_n, or pool "
+              "with the padding mask.",
+              _S.ERROR, "model", "monitor"),
+        _code("ACCUMULATION_UNWEIGHTED_MEAN", "Gradient accumulation averages per-micro-batch "
+              "mean losses over micro-batches with different token counts: the mean of means "
+              "weights a token of a short micro-batch more than one of a long one, so the step "
+              "is not the gradient of the mean over its tokens.",
+              "Sum the token losses (reduction='sum') over the step's micro-batches and divide "
+              "by the step's number of target tokens (padding excluded), or weight each "
+              "micro-batch's mean by its token count over the step's total.",
+              _S.WARNING, "training-loop", "monitor"),
+        _code("WARMUP_MISSING", "The loss blows up in the first steps at a peak learning rate "
+              "that trains once warmed up, or the first full-size updates leave the model "
+              "stalled at the entropy of the targets' own frequencies (it ignores its input): "
+              "post-LN transformers are unstable at their full learning rate from step 0.",
+              "Ramp the learning rate up over the first steps (torch.optim.lr_scheduler."
+              "LinearLR(optimizer, start_factor=0.01, total_iters=warmup_steps), stepped every "
+              "batch), or use pre-LN blocks (norm_first=True).",
+              _S.ERROR, "optimizer", "monitor"),
+        _code("UNTIED_WEIGHTS", "Two parameters that start as equal copies (an embedding and "
+              "an output head meant to be tied) are trained apart: the head does not share what "
+              "the embedding learns, and the model holds twice the parameters.",
+              "Tie them by sharing one Parameter, head.weight = embedding.weight (after both "
+              "exist, before the optimizer is built), instead of copying its values.",
+              _S.WARNING, "model", "monitor"),
+        _code("GENERATION_ON_PADDING", "Generation feeds the model padding it never saw "
+              "unmasked in training (prompts padded and conditioned on pad tokens): what it "
+              "generates depends on how much padding the prompt got.",
+              "Generate from each prompt's real tokens: left-pad and pass the padding mask "
+              "(and positions counted from the first real token) at generation too, or "
+              "generate each prompt unpadded.",
+              _S.ERROR, "data", "monitor"),
         # -- generalisation ------------------------------------------------------------------
         _code("OVERFITTING", "Validation loss rises while training loss keeps falling: the "
               "model memorises the training set.",
@@ -344,6 +424,23 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     "LR_TOO_HIGH": ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS"),
     "EXPLODING_ACTIVATIONS": ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS"),
     "EXPLODING_GRADIENT": ("NAN_OR_INF", "LR_TOO_HIGH"),
+    # sequence models (issue 29). A mask the wrong way round leaves each token the padding to
+    # attend to, and a row without padding no key at all: softmax over -inf only is NaN, and
+    # over a finite mask value (finfo.min) uniform over every key, the future ones included
+    "PADDING_MASK_INVERTED": ("ATTENTION_ON_PADDING", "NAN_OR_INF", "CAUSAL_LEAK"),
+    # a saturated softmax passes almost no gradient to the queries and keys below it, and the
+    # run crawls as if its rate were too low; a summary read through one-hot rows copies one
+    # value (its own, the same for every input) and the output stops varying
+    "ATTENTION_SATURATED": ("VANISHING_GRADIENT", "LR_TOO_LOW", "COLLAPSED_ACTIVATIONS"),
+    # without warm-up the first steps at the peak rate are the steps of a rate too high: they
+    # blow the stack up, kill units, and leave a model that outputs the same for every input;
+    # a post-LN stack so broken passes its first layers almost no gradient
+    "WARMUP_MISSING": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
+                       "NAN_OR_INF", "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS",
+                       "VANISHING_GRADIENT"),
+    # out[:, -1] of outputs cut to the batch's longest row reads a position that the batch's
+    # longest row decides: each row's answer depends on the other rows' lengths
+    "PADDED_POSITION_READ": ("BATCH_MIXING",),
 }
 
 

@@ -138,6 +138,35 @@ TREE: tuple[Node, ...] = (
           "BATCH_MIXING"),
        _a("none of these", "print five random samples with their labels and look at them; "
           "then run `validate_data` and `find_label_issues`")),
+    _q("A sequence or language model (attention, an RNN, next-token prediction)",
+       _q("The training loss falls below what the data allows (near 0 on text, under the "
+          "data's entropy), yet the model generates badly",
+          _c("the targets are the inputs themselves, not shifted by one: the model copies",
+             "TARGETS_NOT_SHIFTED"),
+          _c("`check_causality(model, x)` finds an output that depends on later inputs: the "
+             "causal mask is missing, wrong or too weak", "CAUSAL_LEAK"),
+          _c("the targets hold the padding id and the loss does not ignore it",
+             "PADDING_IN_LOSS")),
+       _q("The loss stays at chance or crawls",
+          _c("the key padding mask is True on the real tokens (or an attention_mask 1 on "
+             "the padding)", "PADDING_MASK_INVERTED"),
+          _c("attention rows are one-hot from the first step: the scores are not divided "
+             "by sqrt(d)", "ATTENTION_SATURATED"),
+          _c("a post-LN transformer's loss blows up in its first steps at a rate that "
+             "trains with a warm-up", "WARMUP_MISSING"),
+          _c("an RNN or a transformer without batch_first reads (batch, time) as (time, "
+             "batch): a sample's output depends on the other samples", "BATCH_MIXING")),
+       _q("The results depend on the padding or on how the batch was cut",
+          _c("attention puts weight on padded keys: no key padding mask is given",
+             "ATTENTION_ON_PADDING"),
+          _c("a right-padded batch is summarised at `out[:, -1]`: short rows are read at "
+             "their padding", "PADDED_POSITION_READ"),
+          _c("gradient accumulation averages the mean losses of micro-batches with "
+             "different token counts", "ACCUMULATION_UNWEIGHTED_MEAN"),
+          _c("generated text changes with the prompt's padding: generation feeds pad tokens "
+             "without their mask", "GENERATION_ON_PADDING")),
+       _c("an embedding and an output head meant to be tied drift apart during training",
+          "UNTIED_WEIGHTS")),
     _q("You wrote a backward pass yourself (`autograd.Function`, your own framework)",
        _c("`gradient_check_report` flags a parameter", "GRADIENT_MISMATCH"),
        _a("the gradient check passes", "the backward is right; go back to the symptom you "

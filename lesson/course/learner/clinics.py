@@ -43,6 +43,9 @@ TOOL_HINTS: dict[str, str] = {
                       "parameter with the largest relative error is where backward is wrong.",
     "batch_independence": "Check that one sample's output does not depend on the others "
                           "(`outcome = broken_{ident}(seed=0)`, then `outcome.findings`).",
+    "causality": "Ask whether an output position sees inputs after it: `outcome = "
+                 "broken_{ident}(seed=0)`, then read `outcome.findings` (check_causality "
+                 "names the first position and the first module that leak).",
     "nonfinite": "Find the first operation that produced a NaN or Inf: `outcome = "
                  "broken_{ident}(seed=0)`, then read `outcome.findings` (locate_nonfinite names "
                  "the module and the operation).",
