@@ -62,6 +62,15 @@ PAGES: tuple[str, ...] = (
     # Backward bugs
     "backward.custom_function_transpose",
     "backward.miniframework_transpose",
+    # Sequence and language models
+    "sequence.no_causal_mask",
+    "sequence.targets_not_shifted",
+    "sequence.padding_in_loss",
+    "sequence.padding_mask_inverted",
+    "sequence.no_padding_mask",
+    "sequence.attention_unscaled",
+    "sequence.encoder_batch_first",
+    "sequence.gru_last_step",
 )
 
 

@@ -38,9 +38,11 @@ FAMILIES: dict[str, str] = {
     "bad_model": "The loss decreases but the model is bad",
     "pytorch": "Common PyTorch bugs",
     "backward": "Bugs in the backward pass",
+    "sequence": "Sequence and language models",
 }
 
-#: The lesson's sections a case can illustrate (Phase 03, Lesson 13, in English).
+#: The lesson's sections a case can illustrate (Phase 03, Lesson 13, in English; the last one is
+#: the course's own section on sequence models, issue 29).
 LESSON_SECTIONS: tuple[str, ...] = (
     "Symptom 1: the loss does not decrease",
     "Symptom 2: the loss decreases but the model is bad",
@@ -51,6 +53,7 @@ LESSON_SECTIONS: tuple[str, ...] = (
     "Technique 4: overfit one batch",
     "Technique 5: the learning-rate finder",
     "Common PyTorch bugs",
+    "Sequence models and language models",
 )
 
 
