@@ -20,6 +20,7 @@ _EXPORTS: dict[str, str] = {
     "gradient_check_report": "lesson.checks.gradcheck",
     "numerical_gradient_check": "lesson.checks.gradcheck",
     "check_batch_independence": "lesson.checks.batch_independence",
+    "check_causality": "lesson.checks.causality",
     "locate_nonfinite": "lesson.data.nonfinite",
     "validate_data": "lesson.data.validate",
     "find_label_issues": "lesson.data.labels",

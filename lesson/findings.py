@@ -416,8 +416,9 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     "EXPLODING_ACTIVATIONS": ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS"),
     "EXPLODING_GRADIENT": ("NAN_OR_INF", "LR_TOO_HIGH"),
     # sequence models (issue 29). A mask the wrong way round leaves each token the padding to
-    # attend to, and a row without padding no key at all (softmax over -inf only: NaN)
-    "PADDING_MASK_INVERTED": ("ATTENTION_ON_PADDING", "NAN_OR_INF"),
+    # attend to, and a row without padding no key at all: softmax over -inf only is NaN, and
+    # over a finite mask value (finfo.min) uniform over every key, the future ones included
+    "PADDING_MASK_INVERTED": ("ATTENTION_ON_PADDING", "NAN_OR_INF", "CAUSAL_LEAK"),
     # a saturated softmax passes almost no gradient to the queries and keys below it, and the
     # run crawls as if its rate were too low
     "ATTENTION_SATURATED": ("VANISHING_GRADIENT", "LR_TOO_LOW"),

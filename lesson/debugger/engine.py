@@ -134,6 +134,8 @@ class Engine:
         self._stack_step_hooks: list[tuple[nn.Module, tuple[Callable[..., None],
                                                             Callable[..., None]]]] = []
         self._removed = False
+        #: True while the debugger runs the model itself (the sequence probes): hooks stand by
+        self._probing = False
         self._attached_modules: list[RemovableHandle] = []   # see _attach_step_hooks
         self._attached_params: list[RemovableHandle] = []
         self._pinned = False
@@ -229,7 +231,8 @@ class Engine:
         passes = where in ("forward", "loss")
 
         def hook(*args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling() or (passes and inside_transform()):
+            if self._probing or torch.compiler.is_compiling() \
+                    or (passes and inside_transform()):
                 return None
             try:
                 fn(*args, **kwargs)

@@ -77,12 +77,19 @@ class FunctionalWatch(TorchFunctionMode):
     now (innermost last) and `skip` says whether the innermost one is hooked already."""
 
     def __init__(self, on_activation: Callable[[str, bool, Any], None],
-                 on_loss: Callable[[Any, Any, Callable[..., Any]], None]) -> None:
+                 on_loss: Callable[[Any, Any, Callable[..., Any]], None],
+                 on_call: Callable[..., None] | None = None,
+                 watched: frozenset[Callable[..., Any]] = frozenset()) -> None:
         super().__init__()
         # weakly: a debugger dropped mid-step must not be kept alive by its mode (see
         # leave_stale_modes, which takes such a mode off the stack)
         self._on_activation = _weak(on_activation)
         self._on_loss = _weak(on_loss)
+        #: `on_call(func, args, kwargs, out, where)` for the functions in `watched` (and the
+        #: backward functions, with out None), wherever they run: the sequence checks read
+        #: attention inside nn.MultiheadAttention too (lesson.debugger.sequences)
+        self._on_call = _weak(on_call) if on_call is not None else (lambda: None)
+        self.watched = watched | BACKWARD_FUNCTIONS if on_call is not None else frozenset()
         self.module_stack: list[tuple[str, bool]] = []     # (name, hooked already)
         self.calls: dict[str, int] = {}
         self.active = True
@@ -90,9 +97,22 @@ class FunctionalWatch(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func in self.watched and self.active and not inside_transform() \
+                and (on_call := self._on_call()) is not None:
+            if func in BACKWARD_FUNCTIONS:
+                on_call(func, args, kwargs, None, "")
+            else:
+                out = func(*args, **kwargs)
+                on_call(func, args, kwargs, out,
+                        self.module_stack[-1][0] if self.module_stack else "")
+                return self._after(func, args, out)
         if func in BACKWARD_FUNCTIONS:      # the forward is over: nothing more to see
             self.active = False
         out = func(*args, **kwargs)
+        return self._after(func, args, out)
+
+    def _after(self, func: Callable[..., Any], args: Any, out: Any) -> Any:
+        """Report an activation or a loss call (outside modules hooked already)."""
         if not self.active or (self.module_stack and self.module_stack[-1][1]) \
                 or inside_transform():
             return out

@@ -51,6 +51,7 @@ from lesson.debugger.engine import DEFAULT_MAX_HISTORY, Engine, remove_tensor_ho
 from lesson.debugger.functional import (HOOKED_ELSEWHERE, FunctionalWatch,
                                        function_mode_on_top, leave_stale_modes, outside)
 from lesson.debugger.loss_inputs import LossInputInspector
+from lesson.debugger.sequences import WATCHED_CALLS, SequenceWatch
 from lesson.debugger.stochastic import EvalDeterminismProbe
 from lesson.debugger.stats import (RELU_FAMILY, activation_details, activation_summary,
                                    element_sums, first_tensor, gradient_details, gradient_norm,
@@ -216,6 +217,8 @@ class NetworkDebugger(Engine):
         #: criterion is never called (see _observe_loss_inputs)
         self._functional_targets = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
+        #: tokens, targets, padding, attention and the one-time probes of sequence models
+        self.sequences = SequenceWatch(model, self._error)
         self._register_hooks()
         if criterion is not None:
             self._watch_criterion(criterion)
@@ -294,7 +297,8 @@ class NetworkDebugger(Engine):
                 name = name or type(module).__name__
                 self._layer_kinds.setdefault(name, type(module).__name__)
                 self._step_hooks.append(
-                    (module, self._activation_hook(name, isinstance(module, RELU_FAMILY))))
+                    (module, self._activation_hook(name, isinstance(module, RELU_FAMILY),
+                                                   isinstance(module, nn.Softmax))))
         # what each parameter's gradient did so far, kept for the parameters that come back
         # (torch.func.functional_call swaps them out for the length of one pass)
         memory = self._param_memory
@@ -335,16 +339,19 @@ class NetworkDebugger(Engine):
         return self._scheduled_now and self._step != self._closed_step
 
     def _collecting(self) -> bool:
-        if self._eval_probe._busy:      # the probe's extra passes are not the user's
+        if self._eval_probe._busy or self._probing:  # the probes' passes are not the user's
             return False
         return self._is_stats_step() and (torch.is_grad_enabled() or self._backwards == 0)
 
-    def _activation_hook(self, name: str, relu_like: bool) -> Callable[..., None]:
+    def _activation_hook(self, name: str, relu_like: bool,
+                         softmax: bool = False) -> Callable[..., None]:
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if self._collecting():
                 with outside(self._functional):
                     self._measure_activation(name, type(module).__name__, relu_like, output)
+                    if softmax and self._full(self._step):   # attention weights, maybe
+                        self.sequences.on_softmax_module(name, module, output, self._step)
         return hook
 
     def _measure_activation(self, name: str, kind: str, relu_like: bool, output: Any) -> None:
@@ -390,8 +397,10 @@ class NetworkDebugger(Engine):
         mode = self._functional
         if mode is not None:
             mode.calls.clear()          # a second forward in the same step: same names
+            mode.active = True          # (a pass of gradient accumulation: seen like the first)
             return
-        mode = FunctionalWatch(self._on_functional_activation, self._on_functional_loss)
+        mode = FunctionalWatch(self._on_functional_activation, self._on_functional_loss,
+                               self._on_functional_call, WATCHED_CALLS)
         mode.module_stack = self._module_stack
         mode.__enter__()
         self._functional = mode
@@ -412,6 +421,21 @@ class NetworkDebugger(Engine):
         if self._collecting():
             self._measure_activation(name, "F." + name.rpartition("/")[2].split("#")[0],
                                      relu_like, output)
+
+    def _on_functional_call(self, func: Callable[..., Any], args: tuple[Any, ...],
+                            kwargs: dict[str, Any], out: Any, where: str) -> None:
+        """Attention, reads of one position, losses and backward calls, for the sequence
+        checks (lesson.debugger.sequences); out is None for a backward call."""
+        if not self._collecting():
+            return
+        try:
+            if out is None:
+                self.sequences.on_backward(args)
+            else:
+                self.sequences.on_call(func, args, kwargs, out, where, self._step,
+                                       self._full(self._step))
+        except Exception as exc:  # the user's forward must never break on a check
+            self._error("sequence checks", exc)
 
     def _on_functional_loss(self, output: Any, target: Any, fn: Callable[..., Any]) -> None:
         if torch.is_grad_enabled() and isinstance(output, torch.Tensor) \
@@ -582,6 +606,12 @@ class NetworkDebugger(Engine):
                     self._error("batch inspector", exc)
         if not grad or not module.training:         # an evaluation pass, maybe
             self._eval_probe.observe(module, args, kwargs)
+        if collecting and grad:
+            with outside(self._functional):
+                self.sequences.on_train_forward(args, kwargs, self._step,
+                                                self._full(self._step), self._params)
+        elif not grad:
+            self.sequences.on_eval_forward(args, kwargs, self._step)
 
     def _on_root_output(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
@@ -690,6 +720,18 @@ class NetworkDebugger(Engine):
         self._opt_steps += 1
         self._advance()
 
+    def _end_sequence_step(self) -> None:
+        """The end of a statistics step, where no graph of the user's is alive: the sequence
+        checks keep the step's evidence and, once, run their probes, which call the model
+        (restored bitwise afterwards) while every hook of the debugger stands by."""
+        self._probing = True
+        try:
+            self.sequences.end_step(self._step)
+        except Exception as exc:
+            self._error("sequence checks", exc)
+        finally:
+            self._probing = False
+
     def _remember_grads(self) -> None:
         """At the end of the step before a statistics step: the .grad each stepped tensor holds
         (weakly) and its version, so that the statistics step tells a gradient left over
@@ -748,6 +790,7 @@ class NetworkDebugger(Engine):
             self._exit_functional()
         was_scheduled = self._scheduled_now
         if was_scheduled:
+            self._end_sequence_step()
             if self._step != self._closed_step and (self._buf or self.reducer is not None):
                 self._close()   # across ranks: on the schedule alone, never on local data
             if self._first_fired is not None and not self._sentinel_failed:
@@ -893,7 +936,8 @@ class NetworkDebugger(Engine):
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
             accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
             moved_without_grad=dict(self._moved_without_grad),
-            stochastic_eval=self._eval_probe.evidence)
+            stochastic_eval=self._eval_probe.evidence,
+            transformer=self.sequences.transformer_like, post_ln=self.sequences.post_ln)
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, causes first (a finding that explains others comes before them and
@@ -903,7 +947,8 @@ class NetworkDebugger(Engine):
         step = self._step
         order_from = self._functional_targets if self.batch_inspector is not None \
             and self.batch_inspector.target_batches == 0 else None
-        for inspector in (self.loss_inspector, self.batch_inspector, order_from):
+        for inspector in (self.loss_inspector, self.batch_inspector, order_from,
+                          self.sequences):
             if inspector is not None:
                 try:
                     found.extend(inspector.findings(step))

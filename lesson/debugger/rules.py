@@ -168,6 +168,17 @@ class Thresholds:
     labels and learns nothing that carries to new inputs.
     Real labels, even noisy or overfitted ones, bring the validation loss well below chance
     at some point; labels misaligned with their inputs never do."""
+    warmup_window: int = 200
+    """WARMUP_MISSING looks at the first this many losses (or the first quarter of the run if
+    longer): the steps a warm-up would have covered."""
+    warmup_start_share: float = 0.5
+    """...of a run whose learning rate at the first step was at least this share of its peak
+    (no warm-up: a warm-up starts at a few percent of it)..."""
+    warmup_blowup: float = 2.0
+    """...when the loss in that window became NaN/Inf, reached this many times its first value,
+    or its last quarter averaged `loss_rise` times its first: it blew up at the start. Only for
+    transformers (attention seen or held) that are not all pre-LN (norm_first=True layers
+    train without warm-up; a blow-up there is LR_TOO_HIGH alone)."""
 
 
 @dataclass
@@ -197,6 +208,11 @@ class Evidence:
     #: parameter -> (statistics steps it moved without a gradient, largest relative move)
     moved_without_grad: dict[str, tuple[int, float]] = field(default_factory=dict)
     stochastic_eval: Any = None      # stochastic.StochasticEvalEvidence
+    #: the model computes attention (seen, or attention layers held): WARMUP_MISSING's scope
+    transformer: bool = False
+    #: its nn.Transformer*Layers normalise after the residual (True), before it (False), or
+    #: there are none to tell (None: hand-written blocks)
+    post_ln: bool | None = None
 
 
 def _finite(v: Any) -> bool:
@@ -745,6 +761,46 @@ def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
                               "max_relative_move": max(v[1] for v in moved.values())})]
 
 
+def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
+    """A transformer that blows up in its first steps at a learning rate taken at full size
+    from step 0 (see the warmup_* thresholds)."""
+    if not ev.transformer or ev.post_ln is False or not ev.lrs or not ev.losses:
+        return []
+    peak = max(lr for _, lr in ev.lrs)
+    start = ev.lrs[0][1]
+    if peak <= 0 or ev.lrs[0][0] > 0 or start < th.warmup_start_share * peak:
+        return []
+    window = ev.losses[:max(th.warmup_window, len(ev.losses) // 4)]
+    finite = []
+    for v in window:
+        if not math.isfinite(v):
+            break
+        finite.append(v)
+    if not finite or finite[0] <= 0:
+        return []
+    nonfinite = len(finite) < len(window)
+    peak_loss = max(finite)
+    rising = False
+    if len(finite) >= th.min_losses:
+        first_q, last_q = _quarters(finite)
+        rising = last_q > th.loss_rise * first_q
+    if not (nonfinite or peak_loss >= th.warmup_blowup * finite[0] or rising):
+        return []
+    what = ("became NaN/Inf" if nonfinite else f"rose to {peak_loss / finite[0]:.2g}x its "
+            f"first value" if peak_loss >= th.warmup_blowup * finite[0] else "rose")
+    blown = next((i for i, v in enumerate(window) if not math.isfinite(v)
+                  or v >= th.warmup_blowup * finite[0]), None)
+    return [Finding("WARMUP_MISSING",
+                    f"the loss {what} in the first {len(window)} steps of a transformer "
+                    f"trained at its full learning rate ({start:.2g}) from step 0, without "
+                    "warm-up" + (" (post-LN layers)" if ev.post_ln else ""),
+                    evidence={"lr_at_start": start, "peak_lr": peak,
+                              "loss_first": finite[0], "loss_max": peak_loss,
+                              "window": len(window), "nonfinite": nonfinite,
+                              "post_ln": ev.post_ln},
+                    step=blown)]
+
+
 def rule_labels_without_signal(ev: Evidence, th: Thresholds) -> list[Finding]:
     vals, losses = ev.val_losses, ev.losses
     if len(vals) < th.no_signal_min_val or len(losses) < max(th.min_losses, 4 * th.no_signal_start) \
@@ -800,6 +856,7 @@ RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
     rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
     rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
     rule_zero_grad_in_accumulation, rule_frozen_params_move, rule_labels_without_signal,
+    rule_warmup_missing,
 ]
 
 
