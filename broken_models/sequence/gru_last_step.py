@@ -7,7 +7,8 @@ row's last real token is a zero vector. `out[:, -1]` is the last time step of th
 last real step of only the longest rows: every shorter row is summarised by zeros, whatever
 it says, so the classifier gives them all one answer, the same one. Training runs and the loss
 falls a little (the longest rows are still learnt), but validation accuracy sits just above
-chance. Read each row at its own last step: the final hidden state of the packed run, or
+chance. (Which step is the last one depends on the longest row of the batch: a row's answer
+depends on its batch-mates.) Read each row at its own last step: the final hidden state of the packed run, or
 `out[torch.arange(len(out)), lengths - 1]`.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ SYMPTOM = ("Validation accuracy ends near 0.55: the reviews of the longest lengt
            "are classified well, and every shorter review gets the same answer.")
 EXPECTED = ("PADDED_POSITION_READ",)
 CAUSES = ("PADDED_POSITION_READ",)
-CONSEQUENCES = ()
+CONSEQUENCES = ("BATCH_MIXING",)   # which step is "last" depends on the batch's longest row
 TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Summarise each row at its own last real step: the GRU's final hidden state of the "
