@@ -108,6 +108,11 @@ WRONG: list[tuple[str, str, str, object, str]] = [
      T("custom_function_transpose", "diagnosis")),
     ("wrong", "clinic5_backward", L("miniframework_transpose"),  # the broken backward, kept
      ("broken", "miniframework_transpose", []), T("miniframework_transpose", "repair")),
+    ("wrong", "clinic6_sequence", L("padding_mask_inverted"),  # a consequence, not the cause
+     D("padding_mask_inverted", "PADDING_MASK_INVERTED", "ATTENTION_ON_PADDING"),
+     T("padding_mask_inverted", "diagnosis")),
+    ("wrong", "clinic6_sequence", L("gru_last_step"),  # reads the first step instead of the last
+     ("broken", "gru_last_step", [("out[:, -1]", "out[:, 0]")]), T("gru_last_step", "repair")),
 ]
 
 
