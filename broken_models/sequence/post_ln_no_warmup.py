@@ -5,7 +5,7 @@ default: `norm_first=False`). At initialisation its gradients are largest near t
 and Adam's first updates, full-sized for every weight whatever its gradient, push the stack
 into a state it does not leave: here the loss drops in a few steps from ln 16 = 2.77 to about
 2.4, what a model that ignores its context gets (it predicts each token's frequency), and
-stays there. The very same peak rate, reached over a 50-step linear warm-up, trains the model
+stays there. The very same peak rate, reached over a 100-step linear warm-up, trains the model
 to the data's floor. This is why the transformer recipes ramp the rate up (or use pre-LN
 blocks, `norm_first=True`, which train without warm-up). Nothing crashes and the loss does
 fall at first, so "the learning rate is fine, the model is just weak" is the easy mistake.
@@ -29,7 +29,7 @@ CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "N
                 "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS")  # the collapse of the first steps
 TOOL = "monitor"
 LESSON = "Sequence models and language models"
-FIX = ("Ramp the learning rate up over the first 50 steps (a linear warm-up, then the cosine "
+FIX = ("Ramp the learning rate up over the first 100 steps (a linear warm-up, then the cosine "
        "decay), keeping the same peak rate.")
 TARGET = "held-out loss within 0.15 nats of the floor"
 REFERENCE = "Xiong et al. (2020), On Layer Normalization in the Transformer Architecture"
@@ -136,8 +136,8 @@ def train_fixed(seed: int) -> Outcome:
     model = LanguageModel()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
     schedule = torch.optim.lr_scheduler.SequentialLR(optimizer, [
-        torch.optim.lr_scheduler.LinearLR(optimizer, 0.02, total_iters=50),
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps - 50)], [50])
+        torch.optim.lr_scheduler.LinearLR(optimizer, 0.01, total_iters=100),
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps - 100)], [100])
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
