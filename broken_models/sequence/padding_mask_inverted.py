@@ -20,8 +20,8 @@ from broken_models.datasets import scores
 from broken_models.tokens import answers_compared, reviews
 
 TITLE = "A key padding mask that is True on the real tokens"
-SYMPTOM = ("After 300 steps the loss is still ln 2 = 0.69 and validation accuracy is 0.5, on "
-           "a task the same model learns to over 0.9.")
+SYMPTOM = ("After 300 steps the loss is still ln 2 = 0.69 and validation accuracy 0.5, on a "
+           "counting task a model of this size learns to over 0.95.")
 EXPECTED = ("PADDING_MASK_INVERTED",)
 CAUSES = ("PADDING_MASK_INVERTED",)
 CONSEQUENCES = ("ATTENTION_ON_PADDING", "NAN_OR_INF")

@@ -20,7 +20,7 @@ from broken_models.tokens import lm_scores, markov_source
 TITLE = "An embedding and an output head meant to be tied, copied instead"
 SYMPTOM = ("The model reports vocab x width = 512 more parameters than the tied design, and "
            "after training its output head and input embedding, set from one table, differ by "
-           "about half their norm.")
+           "half their norm or more.")
 EXPECTED = ("UNTIED_WEIGHTS",)
 CAUSES = ("UNTIED_WEIGHTS",)
 CONSEQUENCES = ()
