@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-quick test-seeds bench release clean
+.PHONY: run test test-quick test-seeds bench mutate release clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ test-seeds: $(STAMP)  # every catalogue case on 20 unseen seeds (about 8 minutes
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# mutation testing of the modules that decide (benchmarks/mutate.py; hours on 2 cores):
+#   make mutate MODULE=lesson/debugger/rules.py SAMPLE=200    one module, 200 mutants
+mutate: $(STAMP)
+	$(BIN)/python -c "import cosmic_ray" 2>/dev/null || \
+		$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[mutation]"
+	OMP_NUM_THREADS=1 nice -n 10 $(BIN)/python benchmarks/mutate.py $(MODULE) \
+		$(if $(SAMPLE),--sample $(SAMPLE)) $(MUTATE_ARGS)
 
 release: $(STAMP)  # instructors: regenerate exercises/ from solutions/
 	PATH=$(BIN):$$PATH $(BIN)/nbgrader generate_assignment "*" --force

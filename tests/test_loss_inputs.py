@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from host_sync import DEVICES, no_host_sync
 from lesson.debugger.loss_inputs import (BINARY_LOGITS, CLASS_LOG_PROBS, CLASS_LOGITS, REGRESSION,
                                 UNKNOWN, LossInputInspector, criterion_kind)
 
@@ -397,6 +398,7 @@ def test_observe_does_not_touch_autograd_or_values():
 
 def test_reset_forgets():
     inspector = feed(nn.CrossEntropyLoss(), lambda z: z.softmax(1), (8, 3))
+    assert codes(inspector) == ["DOUBLE_SOFTMAX"]      # the premise: there was something to forget
     inspector.reset()
     assert inspector.findings() == []
 
@@ -494,19 +496,17 @@ def test_evidence_is_strict_json():
         json.dumps(f.to_dict(), allow_nan=False)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA to detect host syncs")
-def test_observe_never_syncs_with_the_device():
+@pytest.mark.parametrize("device", DEVICES)
+def test_observe_never_syncs_with_the_device(device):
+    """On CUDA, torch's sync debug mode raises at any host sync; on the CPU the same calls run
+    under a mode that raises at every host read (item, bool, tolist, data-dependent shapes)."""
     inspector = LossInputInspector()
-    out = torch.randn(64, 10, device="cuda")
-    target = torch.randint(0, 10, (64,), device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    out = torch.randn(64, 10, device=device)
+    target = torch.randint(0, 10, (64,), device=device)
+    with no_host_sync(device):
         for crit in (nn.CrossEntropyLoss(), F.nll_loss, nn.MSELoss()):
             inspector.observe(out.softmax(1), target, crit, step=1)
             inspector.observe(out[:, :1], target.float(), crit, step=2)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert "DOUBLE_SOFTMAX" in [f.code for f in inspector.findings()]
 
 
