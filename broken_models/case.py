@@ -4,13 +4,16 @@ A case is one page of the catalogue: a module under `broken_models/<family>/<nam
 a broken training script, the same script with the bug fixed, and a few lines of metadata:
 
     TITLE, SYMPTOM, EXPECTED, CAUSES, CONSEQUENCES, TOOL, LESSON, FIX, TARGET, REFERENCE (optional)
+    SYMPTOM_CHECK, TARGET_CHECK       # the symptom and the target as bounds on the metrics
+
+LESSON is the exact heading of the lesson's section the case illustrates (lesson/README.md).
 
 EXPECTED are the codes the tool must report on the broken script. CAUSES are the codes that name
 the bug itself (any of them is a right diagnosis); CONSEQUENCES the codes the bug also produces
 downstream (a blow-up seen as LR_TOO_HIGH, say): they are explained, not wrong findings, but
-naming one as the diagnosis names a consequence, not the cause.
-    symptom_seen(metrics) -> bool     # is the symptom a user would notice there?
-    target_reached(metrics) -> bool   # did the run learn what it should?
+naming one as the diagnosis names a consequence, not the cause. SYMPTOM_CHECK (is the symptom a
+user would notice there?) and TARGET_CHECK (did the run learn what it should?) are
+`broken_models.checks` bounds: each says whether a run meets it and by what margin.
     train_broken(seed) -> Outcome     # the buggy script
     train_fixed(seed) -> Outcome      # the same script, with only the bug changed
 
@@ -23,13 +26,17 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from broken_models.checks import Check, safe_margin
 from lesson.findings import CODES, TOOLS, Finding, sort_findings
+from lesson.sections import sections
 
 #: family (the sub-package name) -> the symptom a user reports, in teaching order
 FAMILIES: dict[str, str] = {
@@ -41,25 +48,42 @@ FAMILIES: dict[str, str] = {
     "sequence": "Sequence and language models",
 }
 
-#: The lesson's sections a case can illustrate (Phase 03, Lesson 13, in English; the last one is
-#: the course's own section on sequence models, issue 29).
-LESSON_SECTIONS: tuple[str, ...] = (
-    "Symptom 1: the loss does not decrease",
-    "Symptom 2: the loss decreases but the model is bad",
-    "Symptom 3: NaN or Inf in the loss",
-    "Technique 1: gradient checking",
-    "Technique 2: activation statistics",
-    "Technique 3: gradient flow",
-    "Technique 4: overfit one batch",
-    "Technique 5: the learning-rate finder",
-    "Common PyTorch bugs",
-    "Sequence models and language models",
-)
+#: the kinds of set-up change a repair can make (the clinics' repair judgement names them);
+#: a case page's REAL_FIXES lists those that fix its bug although its own fix does not make
+#: them (weight decay for overfitting). Each with what it does when the cause is elsewhere.
+SETUP_CHANGES: dict[str, str] = {
+    "lr_lowered": "a lower learning rate slows the run down until the symptom does not show "
+                  "within it",
+    "lr_raised": "a higher learning rate can push the run past a symptom",
+    "fewer_steps": "fewer steps end the run before the symptom shows",
+    "more_steps": "more steps can outlast a symptom",
+    "clipping": "clipping caps the gradient the bug produces",
+    "weight_decay": "weight decay pulls back the weights the bug inflates",
+    "optimizer_swapped": "another optimizer can step around a symptom",
+    "optimizer_setting": "another optimizer setting can step around a symptom",
+    "smaller_model": "a smaller model gives the bug less room to show",
+    "larger_model": "a larger model can absorb a symptom",
+    "seed": "another seed only draws a luckier start",
+    "dropout": "dropout adds noise that can mask a symptom",
+    "normalisation": "normalisation rescales what the bug distorts",
+    "activation": "another activation can route around a symptom",
+}
 
+#: metric keys in words, for the target's report ("validation accuracy 0.78")
+METRIC_WORDS: dict[str, str] = {
+    "val_accuracy": "validation accuracy", "train_accuracy": "training accuracy",
+    "final_loss": "final training loss", "first_loss": "first training loss",
+    "val_mse": "validation mean squared error", "losses": "training losses",
+    "rare_recall": "recall of the rare class", "balanced_accuracy": "balanced accuracy",
+    "clean_val_accuracy": "accuracy on rows never trained on",
+    "val_answers_changed": "validation answers that changed between evaluations",
+    "frozen_change": "change of the frozen layer", "val_losses": "validation losses",
+}
 
 #: the module-level fields of a case page: its card, never part of the script itself
 PAGE_FIELDS = frozenset({"TITLE", "SYMPTOM", "EXPECTED", "CAUSES", "CONSEQUENCES", "TOOL", "LESSON",
-                         "FIX", "TARGET", "REFERENCE"})
+                         "FIX", "TARGET", "REFERENCE", "SYMPTOM_CHECK", "TARGET_CHECK",
+                         "REAL_FIXES", "EVIDENCE", "CHANGE"})
 
 
 @dataclass
@@ -104,6 +128,8 @@ class Run:
     seconds: float
     debugger: Any = field(default=None, repr=False)
     report: Any = field(default=None, repr=False)
+    symptom_margin: float = math.nan   # how far past its threshold the symptom check is
+    target_margin: float = math.nan    # (positive: it holds; the check's own units)
 
     @property
     def codes(self) -> list[str]:
@@ -168,18 +194,25 @@ class Case:
     target: str
     train_broken: TrainFn = field(repr=False)
     train_fixed: TrainFn = field(repr=False)
-    symptom_check: Callable[[dict[str, Any]], bool] = field(repr=False)
-    target_check: Callable[[dict[str, Any]], bool] = field(repr=False)
+    symptom_check: Check = field(repr=False)
+    target_check: Check = field(repr=False)
     reference: str | None = None
     module: str = ""
+    #: set-up changes (SETUP_CHANGES) that are real fixes of this bug too
+    real_fixes: tuple[str, ...] = ()
+    #: hint 2: which output of the tool to read, and what to look for in it
+    evidence: str = ""
+    #: hint 3: the kind of change the fix needs, never its value
+    change: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"{self.name}: unknown family {self.family!r}")
         if self.tool not in TOOLS:
             raise ValueError(f"{self.name}: unknown tool {self.tool!r}; known: {', '.join(TOOLS)}")
-        if self.lesson not in LESSON_SECTIONS:
-            raise ValueError(f"{self.name}: unknown lesson section {self.lesson!r}")
+        if self.lesson not in sections():
+            raise ValueError(f"{self.name}: LESSON {self.lesson!r} is not a heading of the "
+                             f"lesson (lesson/README.md); its headings: {', '.join(sections())}")
         if not self.expected:
             raise ValueError(f"{self.name}: a case must expect at least one code")
         for code in (*self.expected, *self.causes, *self.consequences):
@@ -189,6 +222,14 @@ class Case:
             raise ValueError(f"{self.name}: CAUSES must be non-empty and apart from CONSEQUENCES")
         if not set(self.expected) <= set(self.causes) | set(self.consequences):
             raise ValueError(f"{self.name}: every EXPECTED code is a cause or a consequence")
+        unknown = [k for k in self.real_fixes if k not in SETUP_CHANGES]
+        if unknown:
+            raise ValueError(f"{self.name}: REAL_FIXES {unknown} are not kinds of set-up change; "
+                             f"known: {', '.join(SETUP_CHANGES)}")
+        for which in ("symptom_check", "target_check"):
+            if not isinstance(getattr(self, which), Check):
+                raise TypeError(f"{self.name}: {which} must be a broken_models.checks.Check, "
+                                f"got {type(getattr(self, which)).__name__}")
 
     @property
     def secondary(self) -> tuple[str, ...]:
@@ -205,8 +246,11 @@ class Case:
             consequences=tuple(module.CONSEQUENCES),
             tool=module.TOOL, lesson=module.LESSON, fix=module.FIX, target=module.TARGET,
             train_broken=module.train_broken, train_fixed=module.train_fixed,
-            symptom_check=module.symptom_seen, target_check=module.target_reached,
+            symptom_check=_page_check(module, "SYMPTOM_CHECK", "symptom_seen"),
+            target_check=_page_check(module, "TARGET_CHECK", "target_reached"),
             reference=getattr(module, "REFERENCE", None), module=module.__name__,
+            real_fixes=tuple(getattr(module, "REAL_FIXES", ())),
+            evidence=getattr(module, "EVIDENCE", ""), change=getattr(module, "CHANGE", ""),
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -244,7 +288,21 @@ class Case:
             target_reached=_safe(self.target_check, metrics),
             expected=self.expected, secondary=self.secondary, seconds=seconds,
             debugger=outcome.debugger, report=outcome.report,
+            symptom_margin=safe_margin(self.symptom_check, metrics),
+            target_margin=safe_margin(self.target_check, metrics),
         )
+
+    def target_report(self, metrics: dict[str, Any]) -> str:
+        """Whether the run reached the target, with the value of everything it reads:
+        "missed: validation accuracy 0.7777 (needs >= 0.9)"."""
+        reached = _safe(self.target_check, metrics)
+        try:
+            values = self.target_check.values(metrics)
+        except (KeyError, TypeError, ValueError, ArithmeticError, IndexError) as exc:
+            values = f"the metrics lack what the target reads ({type(exc).__name__}: {exc})"
+        for key, words in METRIC_WORDS.items():
+            values = re.sub(rf"\b{key}\b", words, values)
+        return f"{'reached' if reached else 'missed'}: {values}"
 
     # -- reading -------------------------------------------------------------------------------
     def source(self, which: str = "broken") -> str:
@@ -261,6 +319,37 @@ class Case:
         return "".join(difflib.unified_diff(
             broken.splitlines(keepends=True), fixed.splitlines(keepends=True),
             fromfile=f"{self.name} (broken)", tofile=f"{self.name} (fixed)"))
+
+
+def _page_check(module: ModuleType, field_name: str, legacy: str) -> Check:
+    """The page's measurable check; a page written before checks had margins (a yes/no function
+    `symptom_seen(metrics)`) still loads, its check without a margin."""
+    check = getattr(module, field_name, None)
+    if check is not None:
+        return check
+    fn = getattr(module, legacy, None)
+    if not callable(fn):
+        raise AttributeError(f"{module.__name__}: declare {field_name} (see broken_models.checks)")
+    return YesNo(fn)
+
+
+@dataclass(frozen=True)
+class YesNo(Check):
+    """A check given as a yes/no function of the metrics: it has no margin (nan)."""
+
+    fn: Callable[[dict[str, Any]], bool]
+
+    def holds(self, metrics: dict[str, Any]) -> bool:
+        return bool(self.fn(metrics))
+
+    def margin(self, metrics: dict[str, Any]) -> float:
+        return math.nan
+
+    def describe(self) -> str:
+        return getattr(self.fn, "__name__", "a yes/no check")
+
+    def values(self, metrics: dict[str, Any]) -> str:
+        return f"{self.describe()}: {self.holds(metrics)}"
 
 
 def _safe(check: Callable[[dict[str, Any]], bool], metrics: dict[str, Any]) -> bool:

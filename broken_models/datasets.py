@@ -32,11 +32,11 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 
 def digits(seed: int, n_train: int = 1000, n_val: int = 500, standardize: bool = True,
-           min_scale: float = 0.0) -> Split:
+           min_scale: float = 1.0) -> Split:
     """The digits (64 pixels, 10 classes), split at random by `seed`; standardised with the
-    training split's statistics only (pixels that never vary keep scale 1). `min_scale` floors
-    every pixel's scale, in grey levels (of 16): at 1, a corner pixel lit in a handful of
-    training images cannot reach tens of standard deviations in the validation split."""
+    training split's statistics only. `min_scale` floors every pixel's scale, in grey levels
+    (of 16): a corner pixel lit in a handful of training images would otherwise be divided by a
+    tiny std, and sit at tens of standard deviations in the validation split."""
     x, y = _digits_arrays()
     order = np.random.default_rng(seed).permutation(len(x))
     train, val = order[:n_train], order[n_train:n_train + n_val]
@@ -64,8 +64,7 @@ def blobs(seed: int, n_train: int = 256, n_val: int = 256, features: int = 10,
 
 
 def xor(seed: int, n_train: int = 256, n_val: int = 256, features: int = 2) -> Split:
-    """Class 1 where the first two features have different signs: no straight line separates
-    it, one hidden layer does."""
+    """Gaussian features; class 1 where the first two have different signs."""
     g = torch.Generator().manual_seed(seed)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +75,7 @@ def xor(seed: int, n_train: int = 256, n_val: int = 256, features: int = 2) -> S
 
 
 def regression(seed: int, n_train: int = 256, n_val: int = 256, features: int = 4) -> Split:
-    """A smooth target that is negative for about half the samples: y = sin(x0) + 0.5 x1."""
+    """Gaussian features and a smooth target: y = sin(2 x0) + 0.5 x1."""
     g = torch.Generator().manual_seed(seed)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,8 +122,7 @@ def mlp(sizes: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequentia
 
 @torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Share of samples whose highest-scoring class is the label (the model's mode is left as
-    the caller set it: several cases are about exactly that)."""
+    """Share of samples whose highest-scoring class is the label."""
     return (model(x).argmax(dim=1) == y).float().mean().item()
 
 

@@ -98,11 +98,13 @@ CODES: dict[str, Code] = {
         # -- optimizer and learning rate ------------------------------------------------------
         _code("LR_TOO_HIGH", "Updates overshoot: the loss rises, oscillates or blows up; "
               "update/weight ratios sit far above ~1e-3.",
-              "Lower the learning rate 10x (or run find_learning_rate) and retry.",
+              "Lower the learning rate 10x at a time until the loss falls steadily "
+              "(find_learning_rate sweeps for one).",
               _S.ERROR, "optimizer", "monitor"),
         _code("LR_TOO_LOW", "The loss barely moves while gradients are healthy; "
               "update/weight ratios are tiny.",
-              "Raise the learning rate 10x (or run find_learning_rate) and retry.",
+              "Raise the learning rate 10x at a time until the loss falls steadily "
+              "(find_learning_rate sweeps for one).",
               _S.WARNING, "optimizer", "monitor"),
         _code("LR_DECAYED", "The learning rate has collapsed towards 0 (a scheduler stepped "
               "every batch instead of every epoch, or a decay that is too fast).",
@@ -174,7 +176,8 @@ CODES: dict[str, Code] = {
         # -- model: activations and initialisation --------------------------------------------
         _code("DEAD_NEURONS", "Most units of a ReLU-family layer output 0 for every sample, "
               "so they pass no gradient.",
-              "Re-initialise with Kaiming init, lower the learning rate, or use LeakyReLU/GELU.",
+              "Dead from the first step: re-initialise (Kaiming, or PyTorch's default init). "
+              "Died during training: lower the learning rate, or use LeakyReLU/GELU.",
               _S.ERROR, "model", "monitor"),
         _code("COLLAPSED_ACTIVATIONS", "A layer's output no longer varies across samples: "
               "every input gets the same representation.",
@@ -183,8 +186,10 @@ CODES: dict[str, Code] = {
               _S.ERROR, "model", "monitor"),
         _code("EXPLODING_ACTIVATIONS", "Activations grow without bound from layer to layer "
               "or step to step.",
-              "Use a variance-preserving init (Kaiming/Xavier), add normalisation, lower the "
-              "learning rate.",
+              "Weights that start too large: a variance-preserving init (Kaiming for ReLU, "
+              "Xavier for tanh; orthogonal with gain <= 1 for recurrent weights). Weights at "
+              "that scale: normalise inside the network (pre-norm in residual blocks); grown "
+              "in training: lower the learning rate.",
               _S.ERROR, "model", "monitor"),
         _code("SYMMETRIC_WEIGHTS", "Units of a layer are identical (constant or zero "
               "initialisation), so they all learn the same thing.",
@@ -199,12 +204,13 @@ CODES: dict[str, Code] = {
         # -- gradients -----------------------------------------------------------------------
         _code("VANISHING_GRADIENT", "Early layers' gradients are orders of magnitude below "
               "the last layers'; the first layers stop learning.",
-              "Use ReLU/GELU instead of sigmoid/tanh in deep stacks, add residual connections "
-              "or normalisation.",
+              "Use ReLU with Kaiming initialisation instead of sigmoid/tanh in deep stacks, or "
+              "add residual connections.",
               _S.ERROR, "gradients", "monitor"),
         _code("EXPLODING_GRADIENT", "Gradient norms are huge or grow step over step.",
-              "Clip gradients (torch.nn.utils.clip_grad_norm_ at the suggested value), lower "
-              "the learning rate, add normalisation.",
+              "Fix what makes the gradient grow (the finding it follows from: a rate too high, "
+              "weights that start too large); clipping (torch.nn.utils.clip_grad_norm_ at the "
+              "suggested value) caps it as a safety net.",
               _S.ERROR, "gradients", "monitor"),
         _code("GRADIENT_MISMATCH", "Analytical gradients disagree with numerical ones: the "
               "backward pass has a bug (the evidence names the parameter).",
@@ -463,6 +469,13 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     for i, j in explainer.items():
         plain[i].explained_by = plain[j].code
         plain[j].explains = tuple(dict.fromkeys((*plain[j].explains, plain[i].code)))
+    # A consequence cannot come before its cause: a cause whose rule needed more records to
+    # decide (a vanishing gradient judged at step 50) was there when its consequence was seen
+    # (collapsed activations at step 8), so it is dated from then, deepest links first.
+    for i in sorted(explainer, key=lambda k: -depth.get(k, 0)):
+        cause, seen = plain[explainer[i]], plain[i].step
+        if cause.step is not None and seen is not None and seen < cause.step:
+            cause.step = seen
     ranked = sorted(range(len(plain)), key=lambda i: (depth.get(i, 0), -plain[i].severity,
                                                        order[plain[i].code]))
     return [plain[i] for i in ranked]

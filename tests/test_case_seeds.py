@@ -1,20 +1,29 @@
-"""Every catalogue case holds on 20 seeds that no test or clinic was tuned on.
+"""Every catalogue case holds on 20 seeds that nobody could tune it on.
 
-`test_catalogue.py` trains each case on seeds 0-2 and the clinics grade on 0, 5 and 11; a case
-that works only there teaches luck. Here each case trains, broken and fixed, on
-`broken_models.seeds.UNSEEN_SEEDS`: the broken script shows its symptom, is diagnosed with
-nothing unexplained and misses the target; the fixed one is healthy. One test per case, so
-xdist spreads the cases (`-n 2`); the fast tests check what the sweep judges by. The sweep
-trains 1640 scripts (about 8 minutes on two cores), so it is marked `seeds`: `make test-seeds`
-runs it, `make test` leaves it out, and CI (`.ci/run`) runs both.
+`test_catalogue.py` trains each case on seeds 0-2, the clinics grade on 0, 5 and 11, and
+`benchmarks/bench_case_seeds.py` sweeps 0-199; a case that works only there teaches luck. Here
+each case trains, broken and fixed, on `commit_seeds()`: 20 seeds drawn from the commit being
+tested, a different set on every commit (`NNDEBUG_SEEDS=...` replays one). The broken script
+shows its symptom, is diagnosed with nothing unexplained and misses the target; the fixed one
+is healthy. One test per case, so xdist spreads the cases (`-n 2`); the fast tests check what
+the sweep judges by and how it draws. The sweep trains 1640 scripts (about 8 minutes on two
+cores), so it is marked `seeds`: `make test-seeds` runs it, `make test` leaves it out, and CI
+(`.ci/run`) runs both.
 """
 from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from broken_models import CATALOGUE, Outcome
-from broken_models.seeds import UNSEEN_SEEDS, broken_problems, fixed_problems, problems
+from broken_models.seeds import (FIRST_UNSEEN_SEED, broken_problems, commit_id, commit_seeds,
+                                 fixed_problems, parse_seeds, problems, seeds_for, sweep_run)
 from lesson.findings import Finding
+
+SWEEP_SEEDS = commit_seeds()
 
 
 @pytest.fixture(autouse=True)
@@ -26,9 +35,32 @@ def _one_blas_thread():
         yield
 
 
-def test_the_unseen_seeds_are_twenty_and_apart_from_the_tests_and_the_clinics():
-    assert len(set(UNSEEN_SEEDS)) == 20
-    assert not set(UNSEEN_SEEDS) & {0, 1, 2, 5, 11}
+def test_each_commit_draws_its_own_twenty_seeds_apart_from_every_tuned_one():
+    a, b = seeds_for("14d422d" + "0" * 33), seeds_for("b5ce8c1" + "0" * 33)
+    assert len(set(a)) == len(set(b)) == 20 and set(a) != set(b)
+    assert a == seeds_for("14d422d" + "0" * 33), "the same commit draws the same seeds"
+    assert min(a + b) >= FIRST_UNSEEN_SEED > 199   # not the benchmark's 0-199, tests', clinics'
+    assert seeds_for(commit_id()) == commit_seeds() or "NNDEBUG_SEEDS" in os.environ
+
+
+def test_the_commit_is_git_head_and_a_checkout_without_git_still_draws(tmp_path):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    assert commit_id() == head
+    (tmp_path / "broken_models").mkdir()
+    (tmp_path / "broken_models" / "page.py").write_text("x = 1\n")
+    first = commit_id(tmp_path)
+    (tmp_path / "broken_models" / "page.py").write_text("x = 2\n")
+    assert len(first) == 64 and commit_id(tmp_path) != first
+
+
+def test_a_seed_set_can_be_replayed(monkeypatch):
+    assert parse_seeds("3,5,100-102") == (3, 5, 100, 101, 102)
+    monkeypatch.setenv("NNDEBUG_SEEDS", "7, 300-301")
+    assert commit_seeds() == (7, 300, 301)
+    for bad in ("", "a", "5-3", "1-", "-4"):
+        with pytest.raises(ValueError, match="seed"):
+            parse_seeds(bad)
 
 
 def _judged(name: str, metrics: dict, codes: tuple[str, ...]):
@@ -63,6 +95,20 @@ def test_problems_refuses_an_unknown_kind_and_a_bad_seed():
         problems(case, -1)
 
 
+def test_a_sweep_run_measures_each_promise_with_its_sign():
+    case = CATALOGUE["lr_too_low"]
+    broken, fixed = sweep_run(case, 0, "broken"), sweep_run(case, 0, "fixed")
+    assert broken.problems == fixed.problems == ()
+    # the broken run shows the symptom and misses the target; the fixed one the opposite:
+    # each promise kept is a positive margin, and it is the case's own check's margin
+    assert broken.symptom_margin > 0 and broken.target_margin > 0
+    assert fixed.symptom_margin > 0 and fixed.target_margin > 0
+    run = case.run_fixed(0)
+    assert fixed.target_margin == pytest.approx(run.metrics["val_accuracy"] - 0.9)
+    with pytest.raises(ValueError, match="which must be"):
+        sweep_run(case, 0, "both")
+
+
 def _cases() -> list:
     """Every case; those the debugger does not diagnose yet (tests/test_catalogue.py's known
     tool issues) as strict expected failures."""
@@ -76,7 +122,9 @@ def _cases() -> list:
 @pytest.mark.slow
 @pytest.mark.seeds
 @pytest.mark.parametrize("name", _cases())
-def test_the_case_holds_on_every_unseen_seed(name):
+def test_the_case_holds_on_every_seed_of_this_commit(name):
     case = CATALOGUE[name]
-    failing = {seed: found for seed in UNSEEN_SEEDS if (found := problems(case, seed))}
-    assert failing == {}, f"{name} fails on {len(failing)} of {len(UNSEEN_SEEDS)} seeds: {failing}"
+    failing = {seed: found for seed in SWEEP_SEEDS if (found := problems(case, seed))}
+    assert failing == {}, (f"{name} fails on {len(failing)} of the {len(SWEEP_SEEDS)} seeds of "
+                           f"this commit: {failing} (replay: NNDEBUG_SEEDS="
+                           f"{','.join(map(str, failing))} make test-seeds)")

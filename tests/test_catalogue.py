@@ -12,7 +12,7 @@ import pytest
 
 import broken_models
 from broken_models import CATALOGUE, FAMILIES, Case, Outcome, Run, by_family, get_case
-from broken_models.case import LESSON_SECTIONS
+from lesson.sections import sections
 from lesson.findings import CODES, TOOLS, Finding
 
 SEEDS = (0, 1, 2)
@@ -52,7 +52,7 @@ def test_every_tool_that_finds_codes_has_a_case():
 def test_case_page_metadata_is_complete(name):
     case = CATALOGUE[name]
     assert case.title and case.symptom and case.fix and case.target
-    assert case.lesson in LESSON_SECTIONS
+    assert case.lesson in sections()
     assert case.tool in TOOLS
     assert set(case.expected).isdisjoint(case.secondary)
     assert case.module == f"broken_models.{case.family}.{case.name}"
@@ -83,8 +83,12 @@ def test_case_rejects_unknown_codes_tools_and_sections():
         Case(**fields | {"expected": ("NOT_A_CODE",)})
     with pytest.raises(ValueError, match="unknown tool"):
         Case(**fields | {"tool": "crystal_ball"})
-    with pytest.raises(ValueError, match="unknown lesson section"):
+    with pytest.raises(ValueError, match="is not a heading of the lesson"):
         Case(**fields | {"lesson": "Chapter 99"})
+    with pytest.raises(ValueError, match="is not a heading of the lesson"):   # the old title
+        Case(**fields | {"lesson": "Symptom 1: the loss does not decrease"})
+    with pytest.raises(ValueError, match="REAL_FIXES"):
+        Case(**fields | {"real_fixes": ("luck",)})
     with pytest.raises(ValueError, match="unknown family"):
         Case(**fields | {"family": "misc"})
 
@@ -116,7 +120,8 @@ def test_evaluate_judges_a_custom_function_without_training():
 
 def test_evaluate_treats_nan_metrics_as_target_missed():
     case = CATALOGUE["lr_too_high"]
-    run = _fake_run(case, [], {"final_loss": math.nan, "first_loss": 2.3, "val_accuracy": math.nan})
+    run = _fake_run(case, [], {"final_loss": math.nan, "first_loss": 2.3, "val_accuracy": math.nan,
+                               "losses": [2.3, 2.9, math.nan]})
     assert not run.target_reached and not run.healthy and run.symptom_seen
 
 

@@ -4,6 +4,7 @@ it is solved, and the learner loop (`check`, `hint`, progress) works per case.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -87,7 +88,8 @@ def test_a_case_is_found_by_label_and_its_hints_come_from_the_page():
     case = find_clinic_case("case1_3")
     assert find_clinic_case("1.3") == case and case.name == "dead_relu"
     page = CATALOGUE["dead_relu"]
-    assert page.lesson in case.hints[0] and page.fix in case.hints[2]
+    assert f'"{page.lesson}"' in case.hints[0] and page.evidence in case.hints[1]
+    assert page.change in case.hints[2]
     ex = case_exercise("case1_3")
     assert ex.assignment == CLINIC and ex.hints == case.hints
     assert set(ex.tests) == set(case.test_ids) and ex.answer_cells == (case.ident,)
@@ -188,3 +190,57 @@ def test_watch_on_a_case_waits_for_that_case_and_checks_it(tmp_path, capsys):
     assert code == 0 and checked == [mine.ident] and len(sleeps) == 2
     out = capsys.readouterr().out
     assert out.count("not started") == 2 and mine.name not in out
+
+
+def _edited_repair(case, edits) -> str:
+    """The case's broken script with `edits` (lesson.course.learner.script_edits) applied,
+    as the student's repair: its source, renamed repaired_<label>."""
+    import importlib
+    import inspect
+    import textwrap
+
+    module = importlib.import_module(case.case.module)
+    source = textwrap.dedent(inspect.getsource(module.train_broken))
+    source = source.replace("def train_broken(", f"def {case.repair}(", 1)
+    for edit in edits:
+        source = edit(source)
+    return "import lesson.course.learner.script_edits as _nndebug_edit\n\n" + source
+
+
+@pytest.mark.slow
+def test_a_student_walks_a_case_from_a_wrong_repair_through_a_hider_to_the_fix(tmp_path, capsys):
+    """The student tester's path through the high-learning-rate case, with `nndebug check`:
+    a rate lowered too little (the repair test shows the target and the value reached, and the
+    findings, although the diagnosis is still wrong); the rate kept and clipping added (the
+    run looks healthy: told what was changed and what is still there); the real fix, with the
+    code written in lower case."""
+    from lesson.course.learner.script_edits import clip_gradients, lower_lr
+
+    root = course_copy(tmp_path, names=[CLINIC])
+    case = find_clinic_case("lr_too_high")
+    label = case.ident
+
+    _answer(root, case, f'diagnosis["{label}"] = "EXPLODING_GRADIENT"\n\n'
+            + _edited_repair(case, [lower_lr(2)]))
+    assert cli("check", root, label) == 1
+    out = capsys.readouterr().out
+    assert "consequence" in out                                      # the diagnosis test
+    assert f"failure, test_{label}_repair" in out                    # shown all the same
+    assert "target: missed:" in out and re.search(r"validation accuracy 0\.\d+ \(needs >= 0\.9\)", out)
+    assert "findings: LR_TOO_HIGH" in out
+    assert "lr_too_high" not in out
+
+    _answer(root, case, f'diagnosis["{label}"] = "EXPLODING_GRADIENT"\n\n'
+            + _edited_repair(case, [clip_gradients(1.0)]))
+    assert cli("check", root, label) == 1
+    out = capsys.readouterr().out
+    assert "changed where the bug is not: gradient clipping added" in out, out
+    assert "still there: the learning rate of" in out
+    assert "target: reached" in out and "findings: none" in out    # a symptom hidden, not fixed
+
+    _answer(root, case, f'diagnosis["{label}"] = "lr_too_high"\n\n'
+            + _edited_repair(case, [lower_lr(10)]))
+    assert cli("check", root, label) == 0
+    out = capsys.readouterr().out
+    assert case.solved_line in out and "the repair passes" in out
+    assert Progress(root).get(label).status == DONE

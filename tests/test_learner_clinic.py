@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lesson.course.learner.clinic import (evaluate_repair, harness_changes, harness_lines,
-                                          setup_changes, show_case, training_setup)
+                                          judge_diagnosis, judge_repair, show_case)
 
 CASES = ["missing_zero_grad", "dead_relu", "log_of_zero", "softmax_overflow",
          "test_rows_in_train", "labels_shuffled", "double_softmax", "nll_on_logits"]
@@ -121,24 +121,35 @@ def test_clinic_solutions_keep_the_current_harness_of_their_cases():
 
 def test_a_diagnosis_is_graded_as_the_cause_and_a_consequence_is_called_one():
     from broken_models import CATALOGUE
-    from lesson.course.learner.clinic import judge_diagnosis
 
     for name, case in CATALOGUE.items():
-        for code in case.causes:
-            assert judge_diagnosis(name, code).right, (name, code)
+        kinds = [judge_diagnosis(name, code).kind for code in case.causes]
+        assert "cause" in kinds and set(kinds) <= {"cause", "consequence"}, (name, kinds)
         for code in case.consequences:
             verdict = judge_diagnosis(name, code)
             assert verdict.kind == "consequence" and "consequence" in verdict.message
             assert not any(c in verdict.message for c in case.causes)   # the answer stays hidden
     assert judge_diagnosis("dead_relu", "OVERFITTING").kind == "unrelated"
     assert judge_diagnosis("dead_relu", None).kind == "missing"
-    not_code = judge_diagnosis("dead_relu", "DEAD")
-    assert not_code.kind == "not a code" and "quotes" in not_code.message
+    assert judge_diagnosis("dead_relu", 3).kind == "not a code"
+
+
+def test_a_code_is_read_in_any_letter_case_and_a_near_miss_is_named():
+    """The student tester's "dead_neurons" in quotes got "a code is a string in quotes"."""
+    assert judge_diagnosis("dead_relu", "dead_neurons").right
+    assert judge_diagnosis("dead_relu", " Dead_Neurons ").right
+    assert judge_diagnosis("dead_relu", "dead neurons").right
+    near = judge_diagnosis("dead_relu", "DEAD_NEURON")
+    assert near.kind == "not a code" and "DEAD_NEURONS?" in near.message
+    far = judge_diagnosis("dead_relu", "it is broken")
+    assert far.kind == "not a code" and "upper case" in far.message
 
 
 @pytest.mark.parametrize("name", CASES + ["overfitting", "frozen_layer_moves", "lr_too_high"])
-def test_the_catalogues_fix_keeps_the_set_up(name):
-    assert setup_changes(name, _script(name, "train_fixed")) == []
+def test_the_catalogues_fix_passes_the_repair_judgement(name):
+    verdict = judge_repair(name, _script(name, "train_fixed"), seed=0)
+    assert verdict.passed, verdict.message
+    assert "target: reached" in verdict.message and "findings: none" in verdict.message
 
 
 @pytest.mark.parametrize("name,edit", [
@@ -148,26 +159,37 @@ def test_the_catalogues_fix_keeps_the_set_up(name):
 def test_a_lower_learning_rate_around_a_numerics_bug_hides_it_and_is_refused(name, edit):
     """The student tester's repair: the broken script with only its learning rate lowered. The
     unsafe log/exp is still there, the NaN just never comes within the run: the run looks
-    healthy (the symptom is hidden), and the set-up guard refuses it."""
+    healthy (the symptom is hidden), and the judgement refuses it, saying what changed."""
     hidden = _script(name, "train_broken", [edit])
     assert evaluate_repair(name, hidden, seed=0).healthy        # what used to pass
-    changed = setup_changes(name, hidden)
-    assert changed and "lr=" in changed[0], changed
+    verdict = judge_repair(name, hidden, seed=0)
+    assert not verdict.passed
+    assert [c.kind for c in verdict.hiding] == ["lr_lowered"]
+    assert "learning rate of Adam lowered from" in verdict.message
+    assert "target: reached" in verdict.message and "findings: none" in verdict.message
 
 
 def test_fewer_steps_are_refused_but_stopping_early_is_a_fix_for_overfitting():
     fewer = _script("dead_relu", "train_fixed", [("range(100)", "range(20)")])
-    assert setup_changes("dead_relu", fewer) == ["keep range(100)"]
+    verdict = judge_repair("dead_relu", fewer, seed=0)
+    assert [c.kind for c in verdict.hiding] == ["fewer_steps"], verdict.message
+    assert "fewer steps: Adam steps 20 times, where the training runs 100 steps" in verdict.message
     early = _script("overfitting", "train_broken", [("range(200)", "range(40)")])
-    assert setup_changes("overfitting", early) == []
+    judged = judge_repair("overfitting", early, seed=0)
+    assert judged.hiding == [] and [c.kind for c in judged.real] == ["fewer_steps"]
 
 
 def test_the_set_up_is_read_however_it_is_written():
-    """Honest rewrites keep the set-up: a positional or re-spelled learning rate, an optimizer
-    given only the trainable parameters, another loop variable."""
-    plain = "def f():\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
-            "    for step in range(100):\n        pass\n"
-    rewritten = "def f():\n    from torch import optim\n" \
-                "    opt = optim.SGD([p for p in model.parameters() if p.requires_grad], 1e-1)\n" \
-                "    for i in range(100):\n        pass\n"
-    assert training_setup(plain) == training_setup(rewritten) == {"SGD(lr=0.1)", "range(100)"}
+    """Honest rewrites keep the set-up (a learning rate from a config dict, given
+    positionally); a rate lowered after the optimizer is built is still a lower rate."""
+    config = _script("log_of_zero", "train_fixed", [
+        ("    torch.manual_seed(seed)", "    config = {'lr': 5e-2}\n    torch.manual_seed(seed)"),
+        ("lr=0.05", "lr=config['lr']")])
+    assert judge_repair("log_of_zero", config, seed=0).passed
+    positional = _script("log_of_zero", "train_fixed", [("lr=0.05", "0.05")])
+    assert judge_repair("log_of_zero", positional, seed=0).passed
+    late = _script("log_of_zero", "train_broken", [(
+        "lr=0.05)\n", "lr=0.05)\n    for group in optimizer.param_groups:\n"
+                      "        group['lr'] = 0.005\n")])
+    verdict = judge_repair("log_of_zero", late, seed=0)
+    assert [c.kind for c in verdict.hiding] == ["lr_lowered"], verdict.message

@@ -82,3 +82,18 @@ def test_logits_that_grow_as_a_classifier_fits_are_not_exploding_activations():
     found = [f for f in rules.rule_activation_scale(ev, Thresholds())
              if f.code == "EXPLODING_ACTIVATIONS"]
     assert found and found[0].layer == "hidden"
+
+
+def test_a_gradient_is_not_exploding_against_weight_matrices_that_are_all_zero():
+    """A zero-initialised net keeps its weight matrices at exactly 0 (no gradient reaches them)
+    while its output bias learns a little: the total weight norm is that bias's, and its
+    ordinary gradient is 10x it. That is symmetry (SYMMETRIC_WEIGHTS), not an explosion; the
+    same ratio against weights that exist still is one."""
+    def rec(step: int, w_matrix: float) -> dict:
+        return {"step": step, "layers": {}, "lr": 1e-3, "loss": None,
+                "params": {"0.weight": {"grad_norm": 0.0, "weight_norm": w_matrix, "ndim": 2},
+                           "2.bias": {"grad_norm": 0.12, "weight_norm": 0.004, "ndim": 1}}}
+    zero = [rec(s, 0.0) for s in range(0, 60, 10)]
+    assert rules.rule_exploding_gradient(Evidence(history=zero), Thresholds()) == []
+    tiny = [rec(s, 0.005) for s in range(0, 60, 10)]
+    assert rules.rule_exploding_gradient(Evidence(history=tiny), Thresholds())

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least
 from broken_models.datasets import digits, scores
 
 TITLE = "A custom autograd.Function with a transposed gradient"
@@ -21,9 +22,15 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "Return grad_output.T @ x (shape out x in) as the weight's gradient, not x.T @ grad_output."
+EVIDENCE = ("gradient_check names the parameter whose analytic gradient disagrees with the "
+            "numerical one: which one, by how much, and what shape is the gradient backward "
+            "returns for it?")
+CHANGE = "Change the custom backward's gradient for the named parameter: its orientation."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = above("final_loss", 0.2)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 class HandMadeLinear(nn.Module):
@@ -37,14 +44,6 @@ class HandMadeLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.function.apply(x, self.weight, self.bias)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least
 from broken_models.datasets import digits
 
 TITLE = "A transposed weight gradient in the NumPy mini-framework"
@@ -18,21 +19,18 @@ EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
 TOOL = "gradient_check"
-LESSON = "Technique 1: gradient checking"
+LESSON = "1. Gradient checking"
 FIX = "In Linear.backward, the weight's gradient is grad_out.T @ x (out x in); drop the transpose."
+EVIDENCE = ("The gradient check names the parameter whose backward disagrees with finite "
+            "differences: which layer, which parameter?")
+CHANGE = "Change that layer's backward formula for the weight's gradient: its orientation."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = above("final_loss", 0.2)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def accuracy(model, x: np.ndarray, y: np.ndarray) -> float:
     return float((model.forward(x).argmax(axis=1) == y).mean())
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import Split
 
 TITLE = "A 20:1 class imbalance"
@@ -19,9 +20,13 @@ EXPECTED = ("CLASS_IMBALANCE",)
 CAUSES = ("CLASS_IMBALANCE",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Re-balance the training set (here: repeat the rare class 20 times) or weight the loss."
+EVIDENCE = "Read validate_data's class counts, then each class's recall, not only the accuracy."
+CHANGE = "Change what training sees: re-balance the classes, or weight the loss by class."
 TARGET = "recall of the rare class >= 0.75 and balanced accuracy >= 0.8"
+SYMPTOM_CHECK = above("train_accuracy", 0.9) & below("rare_recall", 0.6)
+TARGET_CHECK = at_least("rare_recall", 0.75) & at_least("balanced_accuracy", 0.8)
 
 
 def screening(seed: int, common: int = 4000, rare: int = 200) -> Split:
@@ -45,14 +50,6 @@ def screening_scores(model: nn.Module, data: Split, losses: list[float]) -> dict
     train = (model(data.x_train).argmax(dim=1) == data.y_train).float().mean().item()
     return {"losses": list(losses), "first_loss": losses[0], "final_loss": losses[-1],
             "train_accuracy": train, "rare_recall": rare, "balanced_accuracy": (common + rare) / 2}
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_accuracy"] > 0.9 and m["rare_recall"] < 0.6
-
-
-def target_reached(m: dict) -> bool:
-    return m["rare_recall"] >= 0.75 and m["balanced_accuracy"] >= 0.8
 
 
 def train_broken(seed: int) -> Outcome:

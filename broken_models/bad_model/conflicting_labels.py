@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Identical inputs with different labels"
@@ -20,9 +21,13 @@ EXPECTED = ("CONFLICTING_LABELS",)
 CAUSES = ("CONFLICTING_LABELS",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Resolve disagreements before merging label passes: keep only the labels both agree on."
+EVIDENCE = "Read validate_data's findings: how many inputs appear twice with different labels?"
+CHANGE = "Change the labels: resolve the passes that disagree before merging them."
 TARGET = "training accuracy >= 0.99 and validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("train_accuracy", 0.97)
+TARGET_CHECK = at_least("train_accuracy", 0.99) & at_least("val_accuracy", 0.9)
 
 
 def second_annotator(y: torch.Tensor, seed: int) -> torch.Tensor:
@@ -30,14 +35,6 @@ def second_annotator(y: torch.Tensor, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + 1)
     disagree = torch.rand(len(y), generator=g) < 0.3
     return torch.where(disagree, (y + torch.randint(1, 10, (len(y),), generator=g)) % 10, y)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_accuracy"] < 0.97
-
-
-def target_reached(m: dict) -> bool:
-    return m["train_accuracy"] >= 0.99 and m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most
 from broken_models.datasets import digits, scores
 
 TITLE = "model.eval() forgotten before evaluation"
@@ -22,15 +23,12 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.eval() before every evaluation (and model.train() before training resumes)."
+EVIDENCE = ("Evaluate the same model twice on the validation set: do the answers agree? The "
+            "report says which mode the model was in during evaluation.")
+CHANGE = "Change the evaluation: switch the model to evaluation mode around it."
 TARGET = "validation accuracy >= 0.9, the same answers on every evaluation"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_answers_changed"] > 0
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["val_answers_changed"] == 0
+SYMPTOM_CHECK = above("val_answers_changed", 0)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & at_most("val_answers_changed", 0)
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "20% of the labels flipped"
@@ -20,9 +21,14 @@ EXPECTED = ("LABEL_NOISE",)
 CAUSES = ("LABEL_NOISE",)
 CONSEQUENCES = ()
 TOOL = "label_issues"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Find the flagged samples with find_label_issues and relabel them (here: use the true labels)."
+EVIDENCE = ("Read find_label_issues' findings: how many samples does it flag, and do their given "
+            "labels match their images?")
+CHANGE = "Change the labels: review and correct the samples confident learning flags."
 TARGET = "validation accuracy >= 0.9"
+SYMPTOM_CHECK = below("val_accuracy", 0.88)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def wrong_labels(y: torch.Tensor, share: float, seed: int) -> torch.Tensor:
@@ -31,14 +37,6 @@ def wrong_labels(y: torch.Tensor, share: float, seed: int) -> torch.Tensor:
     flip = torch.rand(len(y), generator=g) < share
     shift = torch.randint(1, 10, (len(y),), generator=g)
     return torch.where(flip, (y + shift) % 10, y)
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.88
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
 
 
 def train_broken(seed: int) -> Outcome:

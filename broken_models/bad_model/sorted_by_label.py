@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Data sorted by label and not shuffled"
@@ -20,17 +21,14 @@ EXPECTED = ("UNSHUFFLED_BATCHES",)
 CAUSES = ("UNSHUFFLED_BATCHES",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Shuffle the training set every epoch (a new torch.randperm, or DataLoader(shuffle=True))."
+EVIDENCE = ("Look at the labels of a few training batches (the report's batch evidence): how many "
+            "classes does each batch hold?")
+CHANGE = "Change the order of the training data: shuffle it every epoch."
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.9
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.9)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

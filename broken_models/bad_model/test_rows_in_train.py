@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, difference
 from broken_models.datasets import accuracy, digits, mlp, rows_in, scores
 
 TITLE = "Test rows copied into the training set"
@@ -19,17 +20,15 @@ EXPECTED = ("DUPLICATES_ACROSS_SPLITS",)
 CAUSES = ("DUPLICATES_ACROSS_SPLITS",)
 CONSEQUENCES = ()
 TOOL = "data_validator"
-LESSON = "Symptom 2: the loss decreases but the model is bad"
+LESSON = "Symptom 2: the loss goes down but the model is bad"
 FIX = "Split first, then de-duplicate across splits: never train on a test row."
+EVIDENCE = ("Read validate_data's findings: how many test rows also appear in the training split? "
+            "Compare the score on the test rows the model trained on with the score on the "
+            "others.")
+CHANGE = "Change how the data is split: split first, and keep every test row out of training."
 TARGET = "an honest test score: accuracy on rows never trained on, equal to the reported one, >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] > m["clean_val_accuracy"] + 0.005
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] == m["clean_val_accuracy"] >= 0.9
+SYMPTOM_CHECK = above(difference("val_accuracy", "clean_val_accuracy"), 0.005)
+TARGET_CHECK = at_most(difference("val_accuracy", "clean_val_accuracy"), 0.005) & at_least("clean_val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

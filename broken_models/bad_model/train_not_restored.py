@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, tail_mean
 from broken_models.datasets import digits, scores
 
 TITLE = "model.train() not restored after validation"
@@ -22,15 +23,13 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Call model.train() after each validation pass (at the top of every training epoch)."
+EVIDENCE = ("The report says which mode the model was in while it trained; set the training loss "
+            "against what dropout should allow.")
+CHANGE = ("Change the training loop: switch the model back to training mode after each "
+          "validation pass.")
 TARGET = "validation accuracy >= 0.9 with dropout active (training loss stays above 0.02)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return sum(m["losses"][-10:]) / 10 < 0.02
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and sum(m["losses"][-10:]) / 10 >= 0.02
+SYMPTOM_CHECK = below(tail_mean("losses", 10), 0.02)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & at_least(tail_mean("losses", 10), 0.02)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -1,4 +1,4 @@
-"""A hand-written batch normalisation without an epsilon.
+"""A hand-written batch standardisation that divides by the batch's std, with no epsilon.
 
 Batch norm divides each feature by its standard deviation over the batch. Some features do not
 vary at all: the corner pixels of these digits are 0 in every image. Their standard deviation
@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, not_finite
 from broken_models.datasets import digits, scores
 
-TITLE = "Batch norm by hand, without epsilon"
+TITLE = "Batch standardisation by hand, without epsilon"
 SYMPTOM = "The very first loss is nan."
 EXPECTED = ("DIVISION_BY_ZERO",)
 CAUSES = ("DIVISION_BY_ZERO",)
@@ -23,39 +24,34 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Divide by sqrt(var + eps) with eps = 1e-5 (or use nn.BatchNorm1d)."
+EVIDENCE = ("locate_nonfinite names the first operation that went non-finite: which one is it, "
+            "and what was in its denominator for this batch?")
+CHANGE = "Change the hand-written normalisation so that its denominator can never be zero."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
-
-
-class BatchStandardize(nn.Module):
-    """Standardise each feature with the statistics of the current batch."""
-
-    def __init__(self, eps: float):
-        super().__init__()
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)
-        return (x - mean) / torch.sqrt(var + self.eps)
-
-
-def symptom_seen(m: dict) -> bool:
-    return not math.isfinite(m["first_loss"])
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = not_finite("first_loss")
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger, locate_nonfinite
 
+    class BatchStandardize(nn.Module):
+        """Each feature standardised with the statistics of the current batch (the model
+        takes raw pixels and normalises them itself)."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)
+            return (x - mean) / torch.sqrt(var)
+
+    config = {"hidden": 32, "lr": 1e-2, "steps": 100}
     torch.manual_seed(seed)
-    data = digits(seed, standardize=False)  # raw pixels: the model normalises them itself
-    model = nn.Sequential(BatchStandardize(eps=0.0), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = digits(seed, standardize=False)
+    model = nn.Sequential(BatchStandardize(), nn.Linear(64, config["hidden"]), nn.ReLU(),
+                          nn.Linear(config["hidden"], 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for step in range(100):
+        for step in range(config["steps"]):
             optimizer.zero_grad()
             loss = criterion(model(data.x_train), data.y_train)
             debugger.record_loss(loss.item())
@@ -70,13 +66,23 @@ def train_broken(seed: int) -> Outcome:
 def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger, locate_nonfinite
 
+    class BatchStandardize(nn.Module):
+        """Each feature standardised with the statistics of the current batch (the model
+        takes raw pixels and normalises them itself)."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            mean, var = x.mean(dim=0), x.var(dim=0, unbiased=False)
+            return (x - mean) / torch.sqrt(var + 1e-5)
+
+    config = {"hidden": 32, "lr": 1e-2, "steps": 100}
     torch.manual_seed(seed)
-    data = digits(seed, standardize=False)  # raw pixels: the model normalises them itself
-    model = nn.Sequential(BatchStandardize(eps=1e-5), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = digits(seed, standardize=False)
+    model = nn.Sequential(BatchStandardize(), nn.Linear(64, config["hidden"]), nn.ReLU(),
+                          nn.Linear(config["hidden"], 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     criterion = nn.CrossEntropyLoss()
     with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for step in range(100):
+        for step in range(config["steps"]):
             optimizer.zero_grad()
             loss = criterion(model(data.x_train), data.y_train)
             debugger.record_loss(loss.item())

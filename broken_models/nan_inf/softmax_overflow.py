@@ -1,10 +1,11 @@
-"""A hand-written softmax that does not subtract the maximum.
+"""A hand-written, temperature-scaled cross-entropy that does not subtract the maximum.
 
-exp(89) is already larger than the biggest float32 (about 3.4e38). A classifier that grows
-confident produces logits that large for its easy samples, exp returns inf, inf / inf is NaN,
-and the loss dies. Softmax is unchanged by subtracting a constant from every logit, so
-subtracting the row maximum first (the log-sum-exp trick) keeps every exp at most 1.
-torch.softmax and F.log_softmax do this for you.
+The loss sharpens the logits by a temperature (divides them by 0.5) and computes the
+log-softmax by hand to do it. exp(89) is already larger than the biggest float32 (about
+3.4e38). A classifier that grows confident produces scaled logits that large for its easy
+samples, exp returns inf, inf / inf is NaN, and the loss dies. Softmax is unchanged by
+subtracting a constant from every logit, so subtracting the row maximum first (the
+log-sum-exp trick) keeps every exp at most 1. F.log_softmax(logits / T) does this for you.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import math
 import torch
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, finite, not_finite
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Softmax without subtracting the maximum"
@@ -23,31 +25,31 @@ CONSEQUENCES = ("NAN_OR_INF",)  # the NaN loss it produces: what the debugger se
 TOOL = "nonfinite"
 LESSON = "Symptom 3: NaN or Inf in the loss"
 FIX = "Subtract the row maximum from the logits before exp (or use F.log_softmax)."
+EVIDENCE = ("locate_nonfinite names the first operation that went non-finite: which one is it, "
+            "and how large were the logits it received?")
+CHANGE = "Change the hand-written softmax so that exp never sees large logits."
 TARGET = "validation accuracy >= 0.9 with a finite loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return not math.isfinite(m["final_loss"])
-
-
-def target_reached(m: dict) -> bool:
-    return math.isfinite(m["final_loss"]) and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = not_finite("final_loss")
+TARGET_CHECK = finite("final_loss") & at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger, locate_nonfinite
 
+    config = {"hidden": (32,), "temperature": 0.5, "lr": 0.1, "steps": 100}
+
     def criterion(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        log_p = logits - torch.log(torch.exp(logits).sum(dim=1, keepdim=True))
+        z = logits / config["temperature"]
+        log_p = z - torch.log(torch.exp(z).sum(dim=1, keepdim=True))
         return -log_p[torch.arange(len(y)), y].mean()
 
     torch.manual_seed(seed)
     data = digits(seed)
     x, y = data.x_train, data.y_train
-    model = mlp([64, 32, 10])
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model = mlp([64, *config["hidden"], 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     with NetworkDebugger(model, optimizer) as debugger:
-        for step in range(100):
+        for step in range(config["steps"]):
             optimizer.zero_grad()
             loss = criterion(model(x), y)
             debugger.record_loss(loss.item())
@@ -62,18 +64,21 @@ def train_broken(seed: int) -> Outcome:
 def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger, locate_nonfinite
 
+    config = {"hidden": (32,), "temperature": 0.5, "lr": 0.1, "steps": 100}
+
     def criterion(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = logits - logits.max(dim=1, keepdim=True).values
-        log_p = logits - torch.log(torch.exp(logits).sum(dim=1, keepdim=True))
+        z = logits / config["temperature"]
+        z = z - z.max(dim=1, keepdim=True).values
+        log_p = z - torch.log(torch.exp(z).sum(dim=1, keepdim=True))
         return -log_p[torch.arange(len(y)), y].mean()
 
     torch.manual_seed(seed)
     data = digits(seed)
     x, y = data.x_train, data.y_train
-    model = mlp([64, 32, 10])
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model = mlp([64, *config["hidden"], 10])
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     with NetworkDebugger(model, optimizer) as debugger:
-        for step in range(100):
+        for step in range(config["steps"]):
             optimizer.zero_grad()
             loss = criterion(model(x), y)
             debugger.record_loss(loss.item())

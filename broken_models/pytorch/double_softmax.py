@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "Softmax before nn.CrossEntropyLoss"
@@ -22,15 +23,12 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Remove the softmax from the model: CrossEntropyLoss takes logits."
+EVIDENCE = ("In the report, read what the loss was fed: the range of its inputs (probabilities "
+            "between 0 and 1, or raw scores?), and where the loss stalls.")
+CHANGE = "Change the model's output so that the loss gets what it expects."
 TARGET = "validation accuracy >= 0.9 and a training loss below 0.5"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 1.46
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["final_loss"] < 0.5
+SYMPTOM_CHECK = above("final_loss", 1.46)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below("final_loss", 0.5)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below, metric
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Frozen weights keep moving (zero_grad(set_to_none=False))"
@@ -23,15 +24,13 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Use optimizer.zero_grad() (set_to_none=True, the default): frozen tensors keep .grad None."
+EVIDENCE = ("Compare the frozen layer's weights before and after a few steps; the report says "
+            "which parameters move without a gradient.")
+CHANGE = ("Change how the gradients are cleared, so that frozen parameters keep no gradient for "
+          "the optimizer to apply.")
 TARGET = "the frozen layer is unchanged after freezing, validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["frozen_change"] > 1e-3
-
-
-def target_reached(m: dict) -> bool:
-    return m["frozen_change"] == 0.0 and m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = above(metric("frozen_change", log=True), 1e-3)
+TARGET_CHECK = below(metric("frozen_change", log=True), 1e-6) & at_least("val_accuracy", 0.9)
 
 
 def _frozen_change(before: torch.Tensor, model: nn.Module) -> float:

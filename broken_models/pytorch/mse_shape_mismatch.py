@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_most
 from broken_models.datasets import mlp, mse, regression
 
 TITLE = "MSELoss with (N, 1) predictions and (N,) targets"
@@ -21,15 +22,12 @@ CONSEQUENCES = ("DEAD_NEURONS",)  # a network that can only predict a constant l
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Make the shapes equal before the loss: model(x).squeeze(1)."
+EVIDENCE = ("Print the shapes of the prediction and of the target that reach the loss, and read "
+            "what the report says about them.")
+CHANGE = "Change the prediction or the target so that their shapes are equal before the loss."
 TARGET = "validation mean squared error <= 0.15 (the targets' variance is about 0.75)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_mse"] > 0.6
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_mse"] <= 0.15
+SYMPTOM_CHECK = above("val_mse", 0.6)
+TARGET_CHECK = at_most("val_mse", 0.15)
 
 
 def train_broken(seed: int) -> Outcome:

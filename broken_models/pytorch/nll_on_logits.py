@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "NLLLoss on raw logits"
@@ -22,15 +23,12 @@ CONSEQUENCES = ("EXPLODING_ACTIVATIONS",)  # the logits grow without limit: that
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Add nn.LogSoftmax(dim=1) before NLLLoss (or use CrossEntropyLoss on the logits)."
+EVIDENCE = ("In the report, read what NLLLoss was fed: the range of its inputs (log-probabilities "
+            "are never above 0) and the sign of the loss.")
+CHANGE = "Change what the loss is fed: log-probabilities, not raw scores."
 TARGET = "validation accuracy >= 0.9 and a non-negative loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] < 0
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["final_loss"] >= 0
+SYMPTOM_CHECK = below("final_loss", 0)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & at_least("final_loss", 0)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most
 from broken_models.datasets import mse, regression
 
 TITLE = "ReLU on a regression output with negative targets"
@@ -22,15 +23,12 @@ CONSEQUENCES = ("DEAD_NEURONS",)  # the output ReLU itself sits at 0 for every s
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Drop the final ReLU: a regression output is a plain nn.Linear."
+EVIDENCE = ("Set the range of the model's outputs (the last layer's row in the activation table) "
+            "against the range of the targets: can it reach the negative ones?")
+CHANGE = "Change the output layer so that it can produce every value the targets take."
 TARGET = "validation mean squared error <= 0.15 (the targets' variance is about 0.75)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["min_prediction"] >= 0 and m["val_mse"] > 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_mse"] <= 0.15
+SYMPTOM_CHECK = at_least("min_prediction", 0) & above("val_mse", 0.2)
+TARGET_CHECK = at_most("val_mse", 0.15)
 
 
 def train_broken(seed: int) -> Outcome:

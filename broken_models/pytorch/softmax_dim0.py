@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import digits, scores
 
 TITLE = "Softmax over the batch dimension (dim=0)"
@@ -22,15 +23,12 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Common PyTorch bugs"
 FIX = "Normalise over the classes: nn.LogSoftmax(dim=1) (or dim=-1)."
+EVIDENCE = ("In the report, read over which dimension the softmax before the loss normalised, and "
+            "set the loss against what the accuracy suggests.")
+CHANGE = "Change the dimension the softmax normalises over."
 TARGET = "validation accuracy >= 0.9 and a training loss below 0.5"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] > 1.0
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["final_loss"] < 0.5
+SYMPTOM_CHECK = above("final_loss", 1.0)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below("final_loss", 0.5)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, spread
 from broken_models.datasets import blobs, scores
 
 TITLE = "Softmax on a single output unit"
@@ -20,17 +21,14 @@ EXPECTED = ("COLLAPSED_ACTIVATIONS",)
 CAUSES = ("COLLAPSED_ACTIVATIONS",)
 CONSEQUENCES = ()
 TOOL = "monitor"
-LESSON = "Technique 2: activation statistics"
+LESSON = "2. Activation statistics"
 FIX = "Use nn.Sigmoid() on a single output unit (softmax needs at least two)."
+EVIDENCE = ("In the activation table, read the last layer's output: its mean and its spread "
+            "across the batch. What can a softmax over a single unit output?")
+CHANGE = "Change the output activation to one that works on a single unit."
 TARGET = "validation accuracy >= 0.95"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["final_loss"] == m["first_loss"]
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.95
+SYMPTOM_CHECK = below(spread("losses"), 1e-7)
+TARGET_CHECK = at_least("val_accuracy", 0.95)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import scores, sequences
 
 TITLE = "view() across the batch dimension"
@@ -24,7 +25,12 @@ CONSEQUENCES = ()
 TOOL = "batch_independence"
 LESSON = "Common PyTorch bugs"
 FIX = "Use x.transpose(0, 1) (or permute) to move the batch axis, never view/reshape."
+EVIDENCE = ("Read check_batch_independence's findings: does one sample's output change when "
+            "another sample of its batch changes?")
+CHANGE = "Change how the axes are moved: a transposition, not a reshape."
 TARGET = "validation accuracy >= 0.95"
+SYMPTOM_CHECK = below("val_accuracy", 0.9)
+TARGET_CHECK = at_least("val_accuracy", 0.95)
 
 
 class TimeMajorClassifier(nn.Module):
@@ -39,14 +45,6 @@ class TimeMajorClassifier(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         steps = self.to_time_major(x)          # (time, batch, features)
         return self.head(steps.mean(dim=0))    # pool over time
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.9
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.95
 
 
 def train_broken(seed: int) -> Outcome:

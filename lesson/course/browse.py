@@ -57,6 +57,7 @@ def list_cases(family: str | None = None, spoilers: bool = False) -> str:
 def show_case(name: str, diff: bool = False, source: str | None = None) -> str:
     """A case page as text, by label: symptom first; with `diff`, the bug and its fix."""
     from broken_models import FAMILIES
+    from broken_models.script import case_script
     from lesson.course.learner.clinics import find_clinic_case
 
     found = find_clinic_case(name)
@@ -64,7 +65,7 @@ def show_case(name: str, diff: bool = False, source: str | None = None) -> str:
     lines = [f"{label} ({case.name}): {case.title}" if diff else label,
              f"({FAMILIES[case.family]})", "",
              _wrap("Symptom", case.symptom), _wrap("Tool", case.tool), ""]
-    lines += [case.source(source or "broken")]
+    lines += [case_script(case, source or "broken").printed()]
     if not diff:
         lines.append(f"Find the bug in the script above (run it with `{case.tool}` watching); "
                      f"`nndebug show {label} --diff` reveals it, `--source fixed` prints the fix.")

@@ -315,7 +315,8 @@ class NetworkDebugger(Engine):
         #: per parameter: its accumulator keys and the record fields that never change
         self._param_keys = [
             (n, [("grad", n), ("weight", n), ("update", n), ("stale", n)],
-             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim()})
+             {"layer": self._param_layer[n], "numel": p.numel(), "ndim": p.dim(),
+              "fan_in": p.numel() // p.shape[0] if p.dim() >= 2 and p.shape[0] else None})
             for n, p in self._params]
         kept = [memory.get(id(p)) for _, p in self._params]
         state = [k[1] if k is not None and k[0]() is p else (False, False, -1)

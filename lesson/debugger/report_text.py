@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lesson.debugger.rules import tail_trend
+
 
 def _num(v: Any) -> str:
     if isinstance(v, float):
@@ -37,7 +39,8 @@ def format_report(debugger: Any) -> str:
         lines.append("\nFindings: none, the run looks healthy." if verdict == "HEALTHY" else
                      f"\nFindings: none from the statistics, but the loss says {verdict}.")
     if verdict == "HEALTHY" and findings:   # never "healthy" beside findings that say otherwise
-        lines.append("\nLoss health: the curve falls, but the findings above are not healthy.")
+        lines.append(f"\nLoss health: the lesson's loss checks pass (the tail of the curve "
+                     f"{tail_trend(losses)}), but the findings above are not healthy.")
     else:
         lines.append(f"\nLoss health: {verdict}")
     if losses:

@@ -100,6 +100,14 @@ class Thresholds:
     """Trend rules need at least this many recorded losses."""
     lr_low_update_ratio: float = 1e-4
     """LR_TOO_LOW: typical update/weight ratio below this..."""
+    trained_update_ratio: float = 1e-2
+    """LR_TOO_HIGH/LR_TOO_LOW advice: an update/weight ratio that trains a short run (the
+    lesson's ~1e-3 is for long ones); the advice names the factor that brings the run's
+    ratio there, to the nearest power of 10."""
+    init_scale: float = 2.0
+    """EXPLODING_ACTIVATIONS advice: a weight whose rms times sqrt(fan_in) is above this
+    (Kaiming's ReLU init gives sqrt(2), PyTorch's default 0.58, an orthogonal matrix its
+    gain) starts too large: re-initialise it, rather than normalise around it."""
     lr_low_loss_change: float = 0.02
     """...while the loss changed by less than this share over the run..."""
     lr_low_grad_ratio: float = 1e-3
@@ -223,6 +231,48 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _change(ratio: float) -> str:
+    """A ratio of a new value to an old one in words that say which way it went: "grew 3.2x",
+    "shrank 5.3x" (not "grew 0.19x"), "stayed the same"."""
+    if not _finite(ratio) or ratio <= 0:
+        return f"changed {ratio:.2g}x"
+    if abs(ratio - 1) < 0.005:
+        return "stayed the same"
+    return f"grew {ratio:.2g}x" if ratio > 1 else f"shrank {1 / ratio:.2g}x"
+
+
+def _decades(ratio: float) -> str:
+    """A factor as the power of 10 nearest to it, in words: "100x", "100,000x"."""
+    return f"{10 ** max(1, round(math.log10(ratio))):,.0f}x"
+
+
+def _rate_advice(way: str, ratio: float | None, th: Thresholds) -> str:
+    """LR_TOO_HIGH / LR_TOO_LOW advice: the search the lesson teaches (10x at a time), and
+    how far the run's own update/weight ratio says to go."""
+    verb = "Lower" if way == "lower" else "Raise"
+    text = (f"{verb} the learning rate 10x at a time until the loss falls steadily "
+            "(find_learning_rate sweeps for one)")
+    if ratio is not None and _finite(ratio) and ratio > 0:
+        factor = ratio / th.trained_update_ratio if way == "lower" else \
+            th.trained_update_ratio / ratio
+        if factor > 3:
+            text += (f": the updates move the weights by {ratio:.2g} of their norm per step, "
+                     f"where about {th.trained_update_ratio:g} trains, so expect about "
+                     f"{_decades(factor)}")
+    return text + "."
+
+
+def _held_down(ev: Evidence) -> str:
+    """For a rate too low: a schedule that was still raising the rate when the run ended (a
+    warm-up longer than the run) is what holds it down."""
+    lrs = [lr for _, lr in ev.lrs if _finite(lr) and lr > 0]
+    if len(lrs) >= 2 and lrs[-1] >= max(lrs) and lrs[-1] > 3 * lrs[0]:
+        return (f"The learning rate was still rising when the run ended ({lrs[0]:.2g} to "
+                f"{lrs[-1]:.2g}): a warm-up or schedule longer than the run holds it down; "
+                "shorten it to a small share of the run. Or: ")
+    return ""
+
+
 def _sig(x: float) -> float:
     """Round to two significant digits (evidence and suggestions read better)."""
     return float(f"{x:.2g}") if _finite(x) and x != 0 else x
@@ -268,6 +318,21 @@ def loss_verdict(losses: list[float], th: Thresholds = Thresholds(),
                 and net < 0.5 and progress < th.oscillation_progress:
             return "OSCILLATING"
     return "HEALTHY"
+
+
+def tail_trend(losses: list[float], n: int = 5) -> str:
+    """Which way the last `n` losses go, in words: "falls", "rises", "is flat" (within 1% of
+    its level: five equal losses are flat, whatever the verdict on the whole curve) or, with
+    NaN/Inf or fewer than 4 losses, "cannot be read"."""
+    tail = losses[-n:]
+    if len(tail) < 4 or not all(math.isfinite(v) for v in tail):
+        return "cannot be read"
+    half = len(tail) // 2
+    before, after = _mean(tail[:half]), _mean(tail[-half:])
+    level = max(abs(before), abs(after), 1e-12)
+    if abs(after - before) <= 0.01 * level:
+        return "is flat"
+    return "falls" if after < before else "rises"
 
 
 # -- helpers over records ------------------------------------------------------------------------
@@ -374,12 +439,15 @@ def rule_lr_too_high(ev: Evidence, th: Thresholds) -> list[Finding]:
     if not reasons:
         return []
     step = next((s for s, m in ratios if m >= th.lr_high_ratio_with_bad_loss), None)
+    first_ratio = ratios[0][1] if ratios else None     # before the blow-up grew the weights
     evidence = {"max_update_ratio": _sig(top) if top is not None else None,
+                "first_update_ratio": _sig(first_ratio) if first_ratio is not None else None,
                 "loss_first": finite[0] if finite else None,
                 "loss_max": max(finite) if finite else None,
                 "loss_last": ev.losses[-1] if ev.losses else None,
                 "lr": ev.lrs[-1][1] if ev.lrs else None}
-    return [Finding("LR_TOO_HIGH", "; ".join(reasons), evidence=evidence, step=step)]
+    return [Finding("LR_TOO_HIGH", "; ".join(reasons), evidence=evidence, step=step,
+                    advice=_rate_advice("lower", first_ratio, th))]
 
 
 def rule_lr_too_low(ev: Evidence, th: Thresholds) -> list[Finding]:
@@ -404,7 +472,8 @@ def rule_lr_too_low(ev: Evidence, th: Thresholds) -> list[Finding]:
                         f"{ratio:.1e} of the weights while gradients are {grad_ratio:.1e}",
                         evidence={"loss_change": change, "median_update_ratio": _sig(ratio),
                                   "median_grad_to_weight": _sig(grad_ratio),
-                                  "lr": ev.lrs[-1][1] if ev.lrs else None})]
+                                  "lr": ev.lrs[-1][1] if ev.lrs else None},
+                        advice=_held_down(ev) + _rate_advice("raise", ratio, th))]
     return []
 
 
@@ -441,14 +510,24 @@ def rule_dead_neurons(ev: Evidence, th: Thresholds) -> list[Finding]:
         dead = seen[-1]["dead_fraction"]
         step = _first_step(ev, lambda r: (r["layers"].get(name) or {}).get("dead_fraction") is not
                            None and r["layers"][name]["dead_fraction"] >= th.dead_fraction)
+        first = next((r["layers"][name] for r in ev.history if name in r.get("layers", {})
+                      and r["layers"][name].get("dead_fraction") is not None), None)
+        from_start = first is not None and first["dead_fraction"] >= th.dead_fraction
         out.append(Finding("DEAD_NEURONS",
                            f"{dead:.0%} of the units output 0 for every sample of the batch",
                            layer=name, evidence={"dead_fraction": dead,
                                                  "zero_fraction": next(
                                                      (s["zero_fraction"] for s in reversed(seen)
                                                       if s["zero_fraction"] is not None), None),
-                                                 "samples": seen[-1].get("samples")},
-                           step=step))
+                                                 "samples": seen[-1].get("samples"),
+                                                 "dead_from_start": from_start},
+                           step=step,
+                           advice="The units are dead from the first step: the initialisation "
+                                  "puts their input below 0 for every sample. Re-initialise "
+                                  "the layers feeding them (Kaiming, or PyTorch's default init)."
+                           if from_start else
+                           "The units died during training, after steps too large: lower the "
+                           "learning rate, or use LeakyReLU/GELU, which keep a gradient."))
     return out
 
 
@@ -492,6 +571,8 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
             exploding.append((name, rms, growth))
     if collapsed:
         first, s = collapsed[0]
+        one_unit_softmax = (s.get("kind", "").lower() == "softmax" and s["act_mean"] == 1.0
+                            and s["act_std"] == 0.0)
         out.append(Finding("COLLAPSED_ACTIVATIONS",
                            f"output varies across the batch by {s['sample_std']:.1e} "
                            f"against a scale of {max(s['act_std'], abs(s['act_mean'])):.1e}",
@@ -499,16 +580,70 @@ def rule_activation_scale(ev: Evidence, th: Thresholds) -> list[Finding]:
                            evidence={"sample_std": s["sample_std"], "act_std": s["act_std"],
                                      "act_mean": s["act_mean"],
                                      "collapsed_layers": [n for n, _ in collapsed]},
-                           step=recs[0]["step"]))
+                           step=recs[0]["step"],
+                           advice="A softmax over a single unit outputs exactly 1 whatever its "
+                                  "input: use a sigmoid on one output unit (softmax needs two "
+                                  "or more)." if one_unit_softmax else ""))
     if exploding:
         name, rms, growth = exploding[0]
+        big, scale = _largest_init(ev)
         out.append(Finding("EXPLODING_ACTIVATIONS",
-                           f"activation rms {rms:.2g} (grew {growth:.2g}x since the first record)",
+                           f"activation rms {rms:.2g} ({_change(growth)} since the first record)",
                            layer=name,
                            evidence={"rms": _sig(rms), "growth": _sig(growth),
-                                     "layers": [n for n, _, _ in exploding]},
-                           step=recs[0]["step"]))
+                                     "layers": [n for n, _, _ in exploding],
+                                     "largest_weight": big, "weight_scale": _sig(scale)},
+                           step=recs[0]["step"],
+                           advice=_exploding_advice(ev, th, big, scale, growth)))
     return out
+
+
+def _init_scales(ev: Evidence) -> dict[str, float]:
+    """Each weight's (2-D or more) first recorded rms times sqrt(fan_in): sqrt(2) for
+    Kaiming's ReLU init, 0.58 for PyTorch's default, an orthogonal matrix's gain."""
+    rec = next((r for r in ev.history if r.get("params")), None)
+    out = {}
+    for n, p in (rec["params"].items() if rec else []):
+        fan_in, numel, norm = p.get("fan_in"), p.get("numel"), p.get("weight_norm")
+        if p.get("ndim", 0) >= 2 and fan_in and numel and _finite(norm):
+            out[n] = norm / math.sqrt(numel) * math.sqrt(fan_in)
+    return out
+
+
+def _largest_init(ev: Evidence) -> tuple[str | None, float]:
+    """The weight whose initial scale (`_init_scales`) is largest, and that scale."""
+    scales = _init_scales(ev)
+    big = max(scales, key=scales.get, default=None)
+    return big, scales.get(big, 0.0) if big is not None else 0.0
+
+
+def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: float,
+                      growth: float) -> str:
+    """What to change for activations that explode: the weight that starts too large, or,
+    with weights at a variance-preserving scale, what adds up inside the network."""
+    recurrent = {n: v for n, v in _init_scales(ev).items() if "weight_hh" in n}
+    if recurrent and max(recurrent.values()) >= th.init_scale:   # the state's own stretch
+        big = max(recurrent, key=recurrent.get)
+        scale = recurrent[big]
+    if big is not None and scale >= th.init_scale:
+        if "weight_hh" in big:
+            return (f"The recurrent weights {big} stretch the state about {scale:.2g}x per time "
+                    "step from the start: re-initialise them orthogonally with a gain of at "
+                    "most 1 (or keep PyTorch's default init).")
+        kinds = {s.get("kind", "") for r in ev.history for s in r.get("layers", {}).values()}
+        saturating = bool(kinds & {"Sigmoid", "Tanh"}) and not kinds & {"ReLU", "LeakyReLU"}
+        init, unit = ("Xavier", 1.0) if saturating else ("Kaiming", math.sqrt(2))
+        scales = _init_scales(ev)
+        large = [n for n, v in scales.items() if v >= th.init_scale]
+        return (f"The weights start too large: {len(large)} of {len(scales)} weight matrices "
+                f"start {min(scales[n] for n in large) / unit:.2g}x to {scale / unit:.2g}x the "
+                f"scale of {init}'s init (largest: {big}). Initialise them with {init}.")
+    if growth < th.activation_growth:
+        return ("The activations are this large from the first step although the weights start "
+                "at a variance-preserving scale: what adds up inside the network needs "
+                "normalisation (in a residual stack, normalise inside each block: pre-norm).")
+    return ("The activations grew during training: lower the learning rate, and normalise "
+            "inside the network (LayerNorm/BatchNorm).")
 
 
 def _ordered_weights(ev: Evidence, rec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -534,6 +669,11 @@ def rule_vanishing(ev: Evidence, th: Thresholds) -> list[Finding]:
     if not ratios or detail is None or max(ratios) >= th.vanishing_ratio:
         return []
     first, last, rel_first, rel_last = detail
+    kinds = {s.get("kind", "") for r in ev.history for s in r.get("layers", {}).values()}
+    saturating = kinds & {"Sigmoid", "Tanh"}
+    advice = ("Use ReLU with Kaiming initialisation instead of the "
+              f"{'/'.join(sorted(k.lower() for k in saturating))} activations, or add residual "
+              "connections." if saturating else "")
     return [Finding("VANISHING_GRADIENT",
                     f"relative gradient of {first} is {rel_first / rel_last:.1e} of {last}'s",
                     layer=ev.layer_order[0] if ev.layer_order else first,
@@ -541,7 +681,7 @@ def rule_vanishing(ev: Evidence, th: Thresholds) -> list[Finding]:
                               "first_grad_to_weight": _sig(rel_first),
                               "last_grad_to_weight": _sig(rel_last),
                               "ratio": _sig(rel_first / rel_last)},
-                    step=ev.history[-1]["step"])]
+                    step=ev.history[-1]["step"], advice=advice)]
 
 
 def rule_exploding_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
@@ -549,7 +689,12 @@ def rule_exploding_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
     for rec in ev.history:
         g, w = _total_norm(rec, "grad_norm"), _total_norm(rec, "weight_norm")
         if g is not None:
-            norms.append((rec["step"], g, w))
+            # The gradient's size is judged against the weights only while some weight matrix
+            # has one: all matrices exactly 0 (a zero initialisation, which no gradient leaves)
+            # leave a few biases as the "scale", and any gradient is then 10x it.
+            matrices = math.sqrt(sum(p["weight_norm"] ** 2 for _, p in _weight_params(rec)
+                                     if _finite(p.get("weight_norm"))))
+            norms.append((rec["step"], g, w if matrices > 0 else None))
     finite = [(s, g, w) for s, g, w in norms if math.isfinite(g)]
     if not finite:
         return []
@@ -581,8 +726,11 @@ def rule_exploding_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
                     evidence={"max_grad_norm": _sig(worst), "first_grad_norm": _sig(first_g),
                               "suggested_clip": clip, "healthy_steps": len(healthy),
                               "first_step": bad[0][0]},
-                    advice=f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip}) "
-                           "before optimizer.step(); lower the learning rate; add normalisation.",
+                    advice="Fix what makes the gradient grow: the finding this one follows "
+                           "from, if the report shows one (a rate too high, weights that start "
+                           "too large). Clipping, torch.nn.utils.clip_grad_norm_(model."
+                           f"parameters(), max_norm={clip}) before optimizer.step(), caps the "
+                           "gradient as a safety net; it removes no cause.",
                     step=bad[0][0])]
 
 
@@ -729,7 +877,9 @@ def rule_overfitting(ev: Evidence, th: Thresholds) -> list[Finding]:
                     f"{vals[-1]:.3g} (+{rise['rise']:.2g}, {rise['relative_rise']:.0%}; the last "
                     f"{rise['sustained_points']} evaluations all above {rise['rise_floor']:.3g}) "
                     f"while training loss fell from {t_best:.3g} to {t_last:.3g}",
-                    evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last})]
+                    evidence=rise | {"train_loss_at_best": t_best, "train_loss_last": t_last},
+                    advice=f"Stop at the best validation loss (evaluation {best} of {len(vals)}: "
+                           "stop once it rises), add weight decay, or train on more data.")]
 
 
 # -- loop faults seen through the gradient bookkeeping (issue 16) -----------------------------

@@ -222,9 +222,12 @@ def _call(name: str, args: tuple, kwargs: dict) -> dict:
         return {"ok": False, "error": {"type": "NameError", "bases": ["NameError"],
                                        "message": f"name {name!r} is not defined",
                                        "traceback": ""}, "stdout": "", "stderr": ""}
-    result, out, err, error = _capture(fn, *args, **kwargs)
+    from lesson.course.learner.run_setup import record_setup
+
+    with record_setup() as setup:       # what the call trained with (the clinics' repair check)
+        result, out, err, error = _capture(fn, *args, **kwargs)
     reply = {"ok": error is None, "error": None if error is None else _error(error),
-             "stdout": out, "stderr": err,
+             "stdout": out, "stderr": err, "setup": wire.encode(setup.to_plain()),
              "args": [_state(a) for a in args], "kwargs": {k: _state(v) for k, v in kwargs.items()}}
     if error is None:
         try:
@@ -246,6 +249,7 @@ def main(config: dict) -> None:
 
     import broken_models  # noqa: F401
     import lesson  # noqa: F401
+    import lesson.course.learner.run_setup  # noqa: F401  (imported before the guard goes up)
 
     from . import wire
     from .frames import frame, read_frame

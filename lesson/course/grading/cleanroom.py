@@ -229,7 +229,9 @@ class Room:
                     raise MemoryError(f"{name} ran out of memory (the sandbox's limit is "
                                       f"{room.sandbox.limits.memory_mb} MB)")
                 raise _rebuild_error(reply["error"], name)
-            return wire.decode(reply["result"])
+            result = wire.decode(reply["result"])
+            _attach_setup(result, reply.get("setup"))
+            return result
 
         stub_ns = {"__call": call}
         exec(f"def {name}(*args, **kwargs):\n    return __call(args, kwargs)\n", stub_ns)
@@ -320,6 +322,23 @@ class Room:
 
     def close(self) -> None:
         self.sandbox.close()
+
+
+def _attach_setup(result: Any, plain: Any) -> None:
+    """Hand the set-up the sandbox recorded while a repair trained to the repair judgement
+    (`lesson.course.learner.repair`), on the outcome it returned; the student's own code
+    cannot set it (only plain metrics and findings cross from an Outcome)."""
+    from broken_models.case import Outcome
+    from lesson.course.learner.run_setup import RunSetup
+
+    from . import wire
+
+    if plain is None or not isinstance(result, Outcome):
+        return
+    try:
+        result._nndebug_setup = RunSetup.from_plain(wire.decode(plain))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass                    # a broken record: the judgement then sees no set-up at all
 
 
 def _trusted_import(name: str) -> Any:

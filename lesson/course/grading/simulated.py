@@ -138,6 +138,9 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
             "harness_changes = lambda name, fn: []\n"
             "setup_changes = lambda name, fn: []\n"
             "evaluate_repair = lambda label, fn, seed=0: _Healthy()\n"
+            "class _Passed:\n"
+            "    passed, message = True, 'passes'\n\n"
+            "judge_repair = lambda label, fn, seed=0: _Passed()\n"
             "judge_diagnosis = lambda label, code: _Right()\n\n"
             "def repaired_missing_zero_grad(seed):\n"
             "    return None\n",

@@ -1,40 +1,27 @@
-"""What a clinic notebook needs from a catalogue case: its card and script, and a guard that
-a repair fixed the bug rather than the diagnostics.
+"""What a clinic notebook needs from a catalogue case: its card and script, the judgement of a
+diagnosis, and the judgement of a repair.
 
-A case's training function returns its own metrics and findings, so a "repair" could simply
-stop measuring (drop the validator's findings, skip the debugger). `harness_changes` compares
-the repair's source with the broken script: every line that measures or reports (the
-debugger, the tool named by the case, the metrics) must still be there, word for word. A repair
-could also hide the symptom around the bug (a lower learning rate keeps an unsafe `log` from
-meeting a zero; fewer steps end before the NaN): `setup_changes` holds the set-up the case's
-own fix leaves alone (each optimizer's learning rate, each loop's range) to the same rule,
-however the repair writes it.
+A "repair" could simply stop measuring: `harness_changes` (`harness.py`) holds every line of
+the broken script that measures or reports to the broken script's words. A repair could also
+hide the symptom around the bug (a lower learning rate keeps an unsafe `log` from
+meeting a zero; fewer steps end before the NaN; clipping tames a rate that is still 10):
+`judge_repair` (`repair.py`) reads the set-up the repair trains with and refuses a change the
+case's own fix does not make, and a cause left in place.
 """
 from __future__ import annotations
 
-import ast
+import __future__
+import difflib
 import importlib
-import inspect
-import re
-import textwrap
+import linecache
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
-
-from broken_models.case import PAGE_FIELDS
+from broken_models.script import case_script, page_imports
 from lesson.course.learner.clinics import find_clinic_case
-
-#: a line of a case script that measures or reports, rather than trains
-_HARNESS = re.compile(
-    r"NetworkDebugger|debugger\.|findings|Outcome\(|metrics|scores\(|locate_nonfinite|"
-    r"validate_data|check_labels_carry_signal|find_label_issues|gradient_check|"
-    r"overfit_one_batch|find_learning_rate|check_batch_independence|preflight")
-#: torch's optimizers, by class name
-_OPTIMIZERS = frozenset(name for name, obj in vars(torch.optim).items()
-                        if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer))
-#: module names a repair must not borrow from the case page (its answer, its judging)
-_NOT_SHARED = {"train_broken", "train_fixed", "symptom_seen", "target_reached"}
+from lesson.course.learner.harness import harness_changes, harness_lines  # noqa: F401 (re-exported)
 
 
 def _case(label: str) -> Any:
@@ -48,20 +35,47 @@ def _module(label: str) -> Any:
 
 def show_case(label: str, into: dict[str, Any] | None = None) -> None:
     """Print a case's symptom and target, then its broken training script under the case's
-    neutral label (never the name or title: they name the bug). With `into` (the notebook's
-    `globals()`), also define the helpers that script uses (its imports and the page's own
-    functions) and the script itself as `broken_<label>`, so the student can run it, read what
-    the tools say, and run a copy of it."""
+    neutral label (never the name or title: they name the bug) with every helper it uses: the
+    page's own, and the shared ones from the catalogue's modules (in one namespace, only the
+    first time). With `into` (the notebook's `globals()`), also define the script there as
+    `broken_<label>`, with its helpers and imports, compiled from the printed text under the
+    file name `<label>.py`, so that `inspect` and `??` show that text and no file or module
+    name of the catalogue's (they name the bug)."""
     found = find_clinic_case(label)
-    case, module = found.case, _module(label)
+    case = found.case
+    script = case_script(case, "broken", found.broken)
     print(f"{found.heading}\nsymptom: {case.symptom}")
     print(f"target:  {case.target}\n")
-    source = textwrap.dedent(inspect.getsource(module.train_broken))
-    print(source.replace("def train_broken(", f"def {found.broken}(", 1))
+    shown = _SHOWN.setdefault(id(into), set()) if into is not None else set()
+    print(script.text)
+    for module, source in script.shared:
+        if (module, source) in shown:
+            print(f"# (the helpers it imports from {module} are printed above)")
+            continue
+        shown.add((module, source))
+        print(f"# ---- from {module} (the course's shared helpers) ----\n\n{source}\n")
     if into is not None:
-        into.update({k: v for k, v in vars(module).items()
-                     if not k.startswith("__") and k not in PAGE_FIELDS and k not in _NOT_SHARED})
-        into[found.broken] = module.train_broken
+        into.update(define_script(found.ident, script))
+        for name, value in page_imports(case).items():
+            into.setdefault(name, value)
+
+
+#: id(namespace) -> the shared helpers show_case has printed for it already
+_SHOWN: dict[int, set[tuple[str, str]]] = {}
+
+
+def define_script(ident: str, script: Any) -> dict[str, Any]:
+    """Run a case's script text as the module `<ident>` from the file `<ident>.py` (kept in
+    `linecache` and `sys.modules`, where `inspect` looks for a function's or a class's source):
+    its namespace, without the module's own dunder names."""
+    filename, text = f"{ident}.py", script.text
+    module = types.ModuleType(ident)
+    module.__file__ = filename
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    sys.modules[ident] = module
+    exec(compile(text, filename, "exec"), module.__dict__)
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("__") and not isinstance(v, __future__._Feature)}
 
 
 def evaluate_repair(label: str, repair: Callable[..., Any], seed: int) -> Any:
@@ -70,13 +84,15 @@ def evaluate_repair(label: str, repair: Callable[..., Any], seed: int) -> Any:
     return _case(label).evaluate(repair, seed=seed)
 
 
-#: ways of handing a loss to the debugger that measure the same thing (README recommends
-#: `.detach()`, which keeps the value on the device; `.item()` copies it to the host)
-_SAME_LOSS = re.compile(r"record_(val_)?loss\((\w+)\.(?:item|detach)\(\)\)")
+def judge_repair(label: str, repair: Callable[..., Any], seed: int) -> Any:
+    """The clinic's verdict on a repair on `seed` (a `RepairVerdict`: `.passed`, `.message`):
+    the measuring lines kept, no set-up change that hides a symptom, the cause gone, and a
+    healthy run, with the target's value and the findings in the message whatever fails. The
+    broken and fixed scripts' set-ups are read on the visible seed."""
+    from lesson.course.learner.clinics import VISIBLE_SEED
+    from lesson.course.learner.repair import judge_repair as judge
 
-
-def _normalised(line: str) -> str:
-    return _SAME_LOSS.sub(lambda m: f"record_{m.group(1) or ''}loss({m.group(2)})", line.strip())
+    return judge(_case(label), repair, seed, reference_seed=VISIBLE_SEED)
 
 
 @dataclass(frozen=True)
@@ -91,10 +107,13 @@ class DiagnosisVerdict:
         return self.kind == "cause"
 
 
-def judge_diagnosis(label: str, code: Any) -> DiagnosisVerdict:
-    """Grade a diagnosis as the cause: any code the case page lists in CAUSES is right (and the
-    verdict then names the case); one in CONSEQUENCES is wrong, and the verdict says it is a
-    consequence, without naming the cause."""
+def judge_diagnosis(label: str, code: Any, seed: int | None = None) -> DiagnosisVerdict:
+    """Grade a diagnosis as the cause, as the report of the broken script's run on `seed`
+    (default: the clinics' visible seed, the one the student reads) shows it: a code the case
+    page lists in CAUSES is right (and the verdict then names the case) unless that report
+    shows it following from another finding; one in CONSEQUENCES, or a cause the report shows
+    following from another, is a consequence, and the verdict says so without naming the
+    cause."""
     from lesson.findings import CODES
 
     found = find_clinic_case(label)
@@ -102,91 +121,33 @@ def judge_diagnosis(label: str, code: Any) -> DiagnosisVerdict:
     if code is None:
         return DiagnosisVerdict("missing", f'set diagnosis["{found.ident}"] to a code from '
                                 "lesson.CODES")
-    if not isinstance(code, str) or code not in CODES:
+    if not isinstance(code, str):
         return DiagnosisVerdict("not a code", f"{code!r} is not a code of lesson.CODES "
                                 "(a code is a string in quotes, such as \"NAN_OR_INF\")")
-    if code in case.causes:
+    written, code = code, code.strip().upper().replace(" ", "_").replace("-", "_")
+    if code not in CODES:
+        near = difflib.get_close_matches(code, list(CODES), n=1, cutoff=0.75)
+        return DiagnosisVerdict("not a code", f"{written!r} is not a code of lesson.CODES"
+                                + (f" (did you mean {near[0]}?)" if near else
+                                   "; the codes are upper case with underscores, such as "
+                                   "\"NAN_OR_INF\": list(lesson.CODES) shows them all"))
+    if code in case.causes and not _follows_in_report(case, code, seed):
         return DiagnosisVerdict("cause", f"{code} names the cause. Solved: {found.solved_line}")
-    if code in case.consequences:
+    if code in case.causes or code in case.consequences:
         return DiagnosisVerdict("consequence", f"{code} is true of this run, but it is a "
                                 "consequence of the bug, not its cause: what produced it?")
     return DiagnosisVerdict("unrelated", f"{code} is not what is wrong in this script: "
                             "read the evidence again (which finding explains the others?)")
 
 
-def harness_lines(source: str) -> list[str]:
-    """The stripped lines of a script that measure or report."""
-    return [ln.strip() for ln in source.splitlines() if _HARNESS.search(ln)]
+def _follows_in_report(case: Any, code: str, seed: int | None) -> bool:
+    """Does the report of the broken run on `seed` show `code` only as following from another
+    finding? (A case with one cause never asks: nothing on its page can explain it.)"""
+    if len(case.causes) == 1:
+        return False
+    from lesson.course.learner.clinics import VISIBLE_SEED
+    from lesson.course.learner.repair import reference
 
-
-def _missing(repair: Callable[..., Any], lines: list[str]) -> list[str]:
-    """Which of `lines` the repair's source lacks (compared as `_normalised`)."""
-    try:
-        source = inspect.getsource(repair)
-    except (OSError, TypeError) as exc:
-        return [f"cannot read the repair's source: {exc}"]
-    mine = {_normalised(ln) for ln in source.splitlines()}
-    return [ln for ln in lines if _normalised(ln) not in mine]
-
-
-def harness_changes(label: str, repair: Callable[..., Any]) -> list[str]:
-    """What the repair changed in the case's measuring code ([] when nothing): lines of the
-    broken script's harness missing from the repair, or the catalogue's own function."""
-    case, module = _case(label), _module(label)
-    if repair in (case.train_broken, case.train_fixed):
-        return ["this is the catalogue's own script, not a repair"]
-    return _missing(repair, harness_lines(inspect.getsource(module.train_broken)))
-
-
-def _literal(node: ast.expr) -> str:
-    """A number as its value (`5e-2` is `0.05`), anything else as written."""
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError):
-        return ast.unparse(node)
-    return str(value) if isinstance(value, int) else repr(float(value))
-
-
-def training_setup(source: str) -> set[str]:
-    """The set-up a training script fixes: each optimizer's learning rate (`Adam(lr=0.05)`,
-    however the call is written) and each loop's range (`range(100)`)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(textwrap.dedent(source))):
-        if isinstance(node, ast.Call):
-            name = ast.unparse(node.func).rpartition(".")[2]
-            if name in _OPTIMIZERS:
-                lr = next((k.value for k in node.keywords if k.arg == "lr"),
-                          node.args[1] if len(node.args) > 1 else None)
-                if lr is not None:
-                    found.add(f"{name}(lr={_literal(lr)})")
-        elif isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
-                and ast.unparse(node.iter.func) == "range":
-            found.add(f"range({', '.join(_literal(a) for a in node.iter.args)})")
-    return found
-
-
-#: causes whose fix may change part of the set-up its own fix keeps: stopping early (fewer
-#: steps) is a fix for overfitting
-_FREE_SETUP = {"OVERFITTING": "range("}
-
-
-def setup_kept(label: str) -> set[str]:
-    """The set-up of a case's broken script that its own fix keeps: the bug is not in it."""
-    case, module = _case(label), _module(label)
-    kept = (training_setup(inspect.getsource(module.train_broken))
-            & training_setup(inspect.getsource(module.train_fixed)))
-    free = tuple(_FREE_SETUP[c] for c in case.causes if c in _FREE_SETUP)
-    return {item for item in kept if not item.startswith(free)} if free else kept
-
-
-def setup_changes(label: str, repair: Callable[..., Any]) -> list[str]:
-    """The set-up the repair changed though the bug is not in it ([] when none), each as
-    "keep ...": a lower learning rate or fewer steps can hide a symptom, not fix its cause."""
-    case = _case(label)
-    if repair in (case.train_broken, case.train_fixed):
-        return []
-    try:
-        mine = training_setup(inspect.getsource(repair))
-    except (OSError, TypeError, SyntaxError) as exc:
-        return [f"cannot read the repair's source: {exc}"]
-    return [f"keep {item}" for item in sorted(setup_kept(label) - mine)]
+    run = reference(case.name, VISIBLE_SEED if seed is None else seed).broken
+    mine = [f for f in run.findings if f.code == code]
+    return bool(mine) and all(f.explained_by for f in mine)

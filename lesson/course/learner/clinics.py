@@ -97,19 +97,33 @@ class ClinicCase:
 
     @property
     def hints(self) -> tuple[str, ...]:
-        """From general to specific, all read from the case page: the lesson's section and the
-        symptom, which tool to run and what to read in its output, the kind of change."""
+        """From general to specific, all read from the case page: the lesson's section (by its
+        exact heading, in both languages) and the symptom; which tool to run, and which of its
+        outputs to read and what in it (EVIDENCE); the kind of change, never its value
+        (CHANGE)."""
         case = self.case
-        return (
-            f"Start from the lesson's section \"{case.lesson}\". What you see: {case.symptom}",
-            TOOL_HINTS[case.tool].format(ident=self.ident),
-            f"The kind of change the fix needs: {case.fix}",
-        )
+        return (lesson_hint(case.lesson) + f" What you see: {case.symptom}",
+                TOOL_HINTS[case.tool].format(ident=self.ident)
+                + (f" {case.evidence}" if case.evidence else ""),
+                f"The kind of change the fix needs: {case.change or case.fix}")
 
     @property
     def solved_line(self) -> str:
         """Told once the diagnosis is right: the case's name and title."""
         return f"{self.heading} is `{self.name}`: {self.case.title}."
+
+
+def lesson_hint(heading: str) -> str:
+    """Where to read in the lesson: the section by its exact heading (and the one it sits
+    under), in lesson/README.md and in its Spanish twin."""
+    from lesson.sections import parent, spanish
+
+    above = parent(heading)
+    above_es = None if above is None else spanish(above)
+    return (f"Read the lesson's section \"{heading}\""
+            + (f" (under \"{above}\")" if above else "") + " in lesson/README.md; in Spanish, "
+            f"\"{spanish(heading)}\"" + (f" (under \"{above_es}\")" if above_es else "")
+            + " in lesson/README.es.md.")
 
 
 @lru_cache(maxsize=1)

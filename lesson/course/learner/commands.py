@@ -190,13 +190,16 @@ def next_step(progress: Progress, exercise: Exercise) -> str:
 
 #: lines of a test cell's printed output shown without --verbose
 PRINTED_LINES = 3
+#: failing tests whose messages are shown (the first ones)
+MAX_FAILURES = 3
 
 
 def report(exercise: Exercise, result: CheckResult, hints_shown: int,
            verbose: bool = False) -> None:
     """In order: the first error in the student's own cells (when it can explain the first
-    failure: only tests below its cell can), each test's result with what it printed, the first
-    failure's message and failing line, and the offer of a hint."""
+    failure: only tests below its cell can), each test's result with what it printed, each
+    failing test's message and failing line (the first MAX_FAILURES), and the offer of a
+    hint."""
     print(f"\n{exercise.name}: {exercise.title}")
     if result.error:
         print(f"  the notebook did not finish: {result.error}")
@@ -230,11 +233,18 @@ def report(exercise: Exercise, result: CheckResult, hints_shown: int,
         print("  All visible tests pass. The grader also runs hidden tests on inputs you have "
               "not seen, so make sure your code does what the text asks, not only the example.")
         return
-    if failure is not None:
-        print(f"\n  first failure, {failure.name}:\n    {failure.message or 'failed'}")
-        if failure.message.startswith("NotImplementedError"):
+    failures = [t for t in result.tests if not t.passed]
+    for i, failed in enumerate(failures):   # each test's own message: a clinic's repair test
+        # tells the target's value and what is still there even while its diagnosis fails
+        print(f"\n  {'first failure' if i == 0 else 'failure'}, {failed.name}:\n    "
+              + (failed.message or "failed").replace("\n", "\n    "))
+        if failed.message.startswith("NotImplementedError"):
             print("    (a function the test calls is still the starting stub: write it in the "
                   "cell marked YOUR CODE HERE)")
+        if i + 1 >= MAX_FAILURES and len(failures) > MAX_FAILURES:
+            print(f"\n  ... and {len(failures) - MAX_FAILURES} more failing tests (nndebug check "
+                  "--verbose shows what each printed)")
+            break
     if hints_shown < len(exercise.hints):
         print(f"\n  Stuck? nndebug hint {exercise.name} shows hint "
               f"{hints_shown + 1} of {len(exercise.hints)}.")

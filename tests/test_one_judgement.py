@@ -1,0 +1,95 @@
+"""One judgement: the report's cause/consequence relations and the clinic's verdict agree.
+
+The report shows a finding as following from another (`explained_by`, from
+`lesson.findings.EXPLAINS`); the clinic grades a diagnosis by the case page's CAUSES and
+CONSEQUENCES. A student who learns "the cause is the finding that explains the others" from
+the report must not be told the opposite by the grader: no code the report shows as following
+from another is accepted as the cause, and no code it shows as a root is called a consequence.
+"""
+from __future__ import annotations
+
+import pytest
+
+from broken_models import CATALOGUE
+from lesson.course.learner.clinic import judge_diagnosis
+from lesson.findings import EXPLAINS, Finding, sort_findings
+
+SEEDS = range(5)
+
+
+def _reachable(start: str) -> set[str]:
+    """Every code `start` explains, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for code in EXPLAINS.get(todo.pop(), ()):
+            if code not in seen:
+                seen.add(code)
+                todo.append(code)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_every_consequence_can_be_shown_following_from_a_cause(name):
+    """The card cannot call a code a consequence that the report could never link to a cause."""
+    case = CATALOGUE[name]
+    for code in case.consequences:
+        assert any(code in _reachable(cause) for cause in case.causes), (
+            f"{name}: {code} is a CONSEQUENCE, but no cause of {case.causes} explains it "
+            "(lesson.findings.EXPLAINS)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_the_grader_agrees_with_the_report_on_seeds_0_to_4(name):
+    case = CATALOGUE[name]
+    disagreements = []
+    for seed in SEEDS:
+        for f in case.run_broken(seed).findings:
+            kind = judge_diagnosis(name, f.code, seed=seed).kind
+            if f.explained_by and kind == "cause":
+                disagreements.append(f"seed {seed}: the report shows {f.code} following from "
+                                     f"{f.explained_by}, the grader accepts it as the cause")
+            if f.explained_by is None and kind == "consequence":
+                disagreements.append(f"seed {seed}: the report shows {f.code} as a root, the "
+                                     "grader calls it a consequence")
+    assert disagreements == [], f"{name}: " + "; ".join(dict.fromkeys(disagreements))
+
+
+def test_a_cause_the_report_shows_following_from_another_is_a_consequence_there():
+    """The exploding cases list both codes as causes (on some seeds the RNN's state stays
+    moderate and only its gradient explodes: then EXPLODING_GRADIENT is the report's root).
+    Before issue 30 the grader accepted EXPLODING_GRADIENT where the report showed it
+    following from EXPLODING_ACTIVATIONS; now the report of that seed decides."""
+    found = sort_findings([Finding("EXPLODING_GRADIENT", "g", step=0),
+                           Finding("EXPLODING_ACTIVATIONS", "a", step=0)])
+    follower = next(f for f in found if f.explained_by)
+    assert (follower.code, follower.explained_by) == ("EXPLODING_GRADIENT",
+                                                      "EXPLODING_ACTIVATIONS")
+    for name in ("exploding_deep", "exploding_rnn"):
+        verdict = judge_diagnosis(name, "EXPLODING_GRADIENT")            # the visible seed
+        assert verdict.kind == "consequence" and "EXPLODING_ACTIVATIONS" not in verdict.message
+        assert judge_diagnosis(name, "EXPLODING_ACTIVATIONS").right
+    assert judge_diagnosis("exploding_rnn", "EXPLODING_GRADIENT", seed=4).right   # its root there
+
+
+def test_the_lesson_tables_name_the_code_the_grader_calls_the_cause():
+    """A table row's code is what a student looks for in the report: it must be the case's
+    cause as the grader judges it (the exploding cases' rows said EXPLODING_GRADIENT, the Adam
+    case's NAN_OR_INF: consequences)."""
+    from lesson.sections import case_rows
+
+    wrong = []
+    for name, case in CATALOGUE.items():
+        for row in case_rows(case.family, name):
+            code = row["code"].strip("`")
+            if not judge_diagnosis(name, code).right:
+                wrong.append(f"{name}: {code}")
+    assert wrong == []
+
+
+def test_the_model_answer_names_the_cause_the_grader_accepts():
+    """The clinics' model answer is the page's first CAUSE: it must be the one the report of
+    the visible seed roots (the exploding cases listed EXPLODING_GRADIENT first, which follows
+    from EXPLODING_ACTIVATIONS there: the solutions lost their diagnosis points)."""
+    for name, case in CATALOGUE.items():
+        assert judge_diagnosis(name, case.causes[0]).right, (name, case.causes)
