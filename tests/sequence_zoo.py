@@ -155,7 +155,7 @@ def train_lm(seed: int, *, steps: int = 60, shift: bool = True, debugger_kw: dic
             "model": model, "lang": lang}
 
 
-# -- an nn.TransformerEncoder classifier over padded token sequences -------------------------------
+# -- an nn.TransformerEncoder classifier over padded token sequences ------------------------------
 class EncoderClassifier(nn.Module):
     """Embedding, nn.TransformerEncoder (batch_first), masked mean pooling, a linear head."""
 
@@ -218,7 +218,7 @@ def train_encoder(seed: int, *, steps: int = 80, pad: int = 0, lr: float = 2e-3,
             "codes": {f.code for f in findings}, "debugger": dbg}
 
 
-# -- a GRU tagger over padded sentences --------------------------------------------------------------
+# -- a GRU tagger over padded sentences -----------------------------------------------------------
 class GRUTagger(nn.Module):
     def __init__(self, vocab: int, tags: int, pad: int, d: int = 32, bidirectional: bool = False,
                  batch_first: bool = True) -> None:
@@ -326,7 +326,7 @@ def train_tagger(seed: int, *, steps: int = 80, pad: int = 0, ignore_padding: bo
             "codes": {f.code for f in findings}, "debugger": dbg}
 
 
-# -- a GRU seq2seq with teacher forcing -------------------------------------------------------------
+# -- a GRU seq2seq with teacher forcing -----------------------------------------------------------
 class Seq2Seq(nn.Module):
     """Encoder GRU, decoder GRU that starts from the encoder's state; teacher forcing."""
 
@@ -380,7 +380,7 @@ def train_seq2seq(seed: int, *, steps: int = 120, lr: float = 1e-2, batch: int =
             "codes": {f.code for f in findings}, "debugger": dbg}
 
 
-# -- a causal LM on padded documents: padding in the loss, accumulation, generation ----------------
+# -- a causal LM on padded documents: padding in the loss, accumulation, generation ---------------
 def padded_documents(lang: Markov, batch: int, length: int, pad: int, low: int,
                      g: torch.Generator) -> torch.Tensor:
     """(batch, length + 1) documents of random lengths, right-padded with `pad` (the Markov

@@ -262,3 +262,21 @@ def test_probes_cost_the_run_nothing_after_the_first_step():
     assert seq.probes_done and seq.probe_findings == []
     # the probes ran the model in eval mode and put it back as it was
     assert all(m.training for m in run["model"].modules())
+
+
+class _Flat(torch.nn.Module):
+    """A model that returns its logits flattened, (batch x time, vocab), as many LMs do."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.inner(x)
+        return out.reshape(-1, out.shape[-1])
+
+
+def test_flattened_logits_still_get_the_probes():
+    leaky = zoo.train_plain_lm(_Flat(zoo.TorchDecoderLM(12, mask="none")), 0, steps=20)
+    assert _finding(leaky, "CAUSAL_LEAK").layer == "inner.body.layers.0.self_attn"
+    _clean(zoo.train_plain_lm(_Flat(zoo.TorchDecoderLM(12)), 0, steps=20))

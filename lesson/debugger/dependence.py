@@ -26,7 +26,7 @@ and the caller's random state is kept (torch.random.fork_rng).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -43,10 +43,6 @@ softmax) leaks e^-10 = 4.5e-5 of a value, just above."""
 MAX_VARIANTS = 32
 """Variants per forward pass: the probe runs batches of at most this many rows (plus a control
 row), about the size of one training batch."""
-
-MAX_ROUNDS = 4
-"""Rounds of refinement when the sequence is longer than MAX_VARIANTS positions: each round
-checks up to MAX_VARIANTS split points between the last clean one and the first leaking one."""
 
 SHARED_MASKS = ("attn_mask", "src_mask", "tgt_mask", "memory_mask", "causal_mask")
 """Keyword names (and `mask`) of (T, T) masks over positions that every sample shares (when
@@ -171,6 +167,16 @@ class Moved:
     control_moved: bool          # the unchanged control row moved: the batch mixes its rows
 
 
+def unflattened(t: torch.Tensor, n: int, length: int, batch_dim: int) -> torch.Tensor:
+    """A (rows x positions, ...) output, as language models often return their logits for the
+    loss, laid out again as (rows, positions, ...) (or (positions, rows, ...) for time-first
+    inputs); other tensors as they are."""
+    if length > 1 and t.dim() >= 1 and t.shape[0] == n * length and n not in t.shape:
+        shape = (n, length) if batch_dim == 0 else (length, n)
+        return t.reshape(*shape, *t.shape[1:])
+    return t
+
+
 def _axes(t: torch.Tensor, n: int, length: int, batch_dim: int,
           time_dim: int | None) -> tuple[int, int | None] | None:
     """(batch axis, time axis) of a tensor computed from a batch of `n` rows of `length`
@@ -263,6 +269,8 @@ class Probe:
         if out_ref is None or out_var is None:
             raise TypeError("the model's output holds no floating-point tensor to compare")
         n = reference.shape[call.batch_dim]
+        out_ref, out_var = (unflattened(t, n, call.length, call.batch_dim)
+                            for t in (out_ref, out_var))
         axes = _axes(out_ref, n, call.length, call.batch_dim, call.time_dim)
         if axes is None:
             raise ValueError(f"the model's output (shape {tuple(out_ref.shape)}) has no "
@@ -280,6 +288,7 @@ class Probe:
         out_ref = primary_output(self._forward(one(reference, 0), rows[:1]))
         if out_ref is None:
             raise TypeError("the model's output holds no floating-point tensor to compare")
+        out_ref = unflattened(out_ref, 1, call.length, call.batch_dim)
         axes = _axes(out_ref, 1, call.length, call.batch_dim, call.time_dim)
         if axes is None:
             raise ValueError(f"the model's output (shape {tuple(out_ref.shape)}) has no batch "
@@ -287,6 +296,7 @@ class Probe:
         tables = []
         for i in range(variants.shape[call.batch_dim]):
             out = primary_output(self._forward(one(variants, i), rows[i:i + 1]))
+            out = unflattened(out, 1, call.length, call.batch_dim)
             tables.append(movement(out, out_ref, axes))
         return Moved(torch.cat(tables), False)
 
@@ -311,6 +321,8 @@ class Probe:
         for (name, x_ref, y_ref), (_, x_var, y_var) in zip(*runs):
             if y_ref is None or y_var is None or y_ref.shape != y_var.shape:
                 continue
+            y_ref, y_var = (unflattened(t, n, call.length, call.batch_dim)
+                            for t in (y_ref, y_var))
             axes = _axes(y_ref, n, call.length, call.batch_dim, call.time_dim)
             if axes is None or (need_time and axes[1] is None):
                 continue
@@ -409,20 +421,22 @@ def causal_leak(model: nn.Module, call: Call, *, sample: int = 0, seed: int = 0,
                 moved = probe.compare_one_by_one(reference, variants, rows)
             return leaks_in(moved.table, splits)
 
-        # every split point when they fit in one batch; otherwise a spread of them, then the
-        # unchecked ones below the first leak (a leak that crosses no checked split is missed)
+        # every split point when they fit in one batch; otherwise a spread of them (a healthy
+        # model costs this one round), then, once a leak is found, every split below it (a
+        # leak that crosses no checked split, one position reading the next, is found at its
+        # own split only)
         checked: list[int] = []
-        leaks: dict[int, tuple[int, float]] = {}
         splits = _spread(list(range(length - 1)), max_variants)
-        for _ in range(MAX_ROUNDS):
-            if not splits:
+        checked += splits
+        leaks = measure(splits)
+        while leaks:
+            first = min(t for t, _ in leaks.values())
+            below = [k for k in range(first) if k not in checked]
+            if not below:
                 break
+            splits = below[-max_variants:]        # nearest the known leak first
             checked += splits
             leaks |= measure(splits)
-            if not leaks:
-                break
-            first = min(t for t, _ in leaks.values())
-            splits = _spread([k for k in range(first) if k not in checked], max_variants)
         if not leaks:
             return None
         position = min(t for t, _ in leaks.values())
@@ -505,18 +519,6 @@ def batch_leak(model: nn.Module, call: Call, *, max_rows: int = 8, seed: int = 0
         except Exception:
             module, modules = None, []
     return BatchLeak(0, moved_rows, n, module, modules[:8], float(others.max()))
-
-
-def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor inside args/kwargs-like nests (tuples, lists, dicts)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from iter_tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from iter_tensors(v)
 
 
 __all__ = ["Call", "Probe", "CausalLeak", "BatchLeak", "causal_leak", "batch_leak",

@@ -23,7 +23,8 @@ summary is read at, the token counts of micro-batches. `SequenceWatch` is fed by
   attention layers gets the batch-independence probe along that axis once: BATCH_MIXING.
 * **gradient accumulation** over micro-batches with different token counts, whose per-pass
   mean losses reach backward with one common scale instead of weights by token count:
-  ACCUMULATION_UNWEIGHTED_MEAN.
+  ACCUMULATION_UNWEIGHTED_MEAN (for models fed token ids: a classifier's last, smaller
+  micro-batch is the common practice the catalogue's fixed scripts follow, not this bug).
 * **tied weights copied**: parameters that start as equal copies and drift apart
   (`lesson.debugger.copies`): UNTIED_WEIGHTS.
 
@@ -146,7 +147,6 @@ class SequenceWatch:
         self.time_axis: int | None = None            # of token batches, once known
         self._tokens: list[tuple[int | str, torch.Tensor]] = []   # this step's, full steps
         self._padded: list[_Padded] = []
-        self._masks: dict[str, torch.Tensor] = {}
         self._lengths: set[int] = set()
         self._call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._pending: dict[int | str, torch.Tensor] = {}
@@ -167,12 +167,13 @@ class SequenceWatch:
         self.copies: list[tuple[str, str, nn.Parameter, nn.Parameter, bool]] | None = None
         self.probe_findings: list[Finding] = []
         self.probes_done = False
+        #: the model was given token ids (a loss's targets then count tokens)
+        self.token_inputs = False
         self.sequence_modules = any(isinstance(m, SEQUENCE_MODULES) for m in model.modules())
         layers = [m for m in model.modules()
                   if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))]
         #: post-LN transformer layers (True), pre-LN (False), or none to tell (None)
         self.post_ln: bool | None = (not all(m.norm_first for m in layers)) if layers else None
-        self.has_layer_norm = any(isinstance(m, nn.LayerNorm) for m in model.modules())
 
     @property
     def transformer_like(self) -> bool:
@@ -189,10 +190,11 @@ class SequenceWatch:
         model = self._model()
         if self.copies is None and model is not None:
             self.copies = equal_copies(model, params)
+        if not self.token_inputs:
+            self.token_inputs = bool(token_tensors(args, kwargs))
         if not full:
             return
         self._tokens = token_tensors(args, kwargs)
-        self._masks = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         self._padded = []
         self._lengths = {x.shape[a] for _, x in self._tokens for a in (0, 1)}
         first = next((t for t in list(args) + list(kwargs.values())
@@ -214,7 +216,7 @@ class SequenceWatch:
             axis = self.time_axis if self.time_axis is not None else 1
             pads = pad_positions(x, self.pad_id, axis, self.pad_side)
             ignored = self._masked_positions(kwargs, x.shape)
-            seen = _before_real(pads, axis)
+            seen = _before_real(x == self.pad_id, axis)        # on either side of the text
             if ignored is not None:
                 seen = seen & ~ignored
             self._train_pads.update(x.device, sums={"tokens": x.numel(), "unmasked": seen.sum()})
@@ -255,7 +257,8 @@ class SequenceWatch:
             found = filler(tokens, axis)
             if found is not None:
                 self.pad_id, self.time_axis, self.pad_side = found[0], axis, found[1]
-                self.pad_source = f"the token filling row {'tails' if found[1] == 'right' else 'heads'}"
+                ends = "tails" if found[1] == "right" else "heads"
+                self.pad_source = f"the token filling row {ends}"
                 return
 
     def _count_ids(self, x: torch.Tensor) -> None:
@@ -458,7 +461,7 @@ class SequenceWatch:
                 self._run_probes(step)
         finally:
             self._call, self._pending = None, {}
-            self._tokens, self._padded, self._masks = [], [], {}
+            self._tokens, self._padded = [], []
 
     def _run_probes(self, step: int) -> None:
         model = self._model()
@@ -642,7 +645,7 @@ class SequenceWatch:
                                       "scale_per_pass": [float(f"{r:.3g}") for r in ratio]}
             elif weighted:
                 good += 1
-        if bad < MIN_ACCUMULATION_STEPS or bad <= good:
+        if bad < MIN_ACCUMULATION_STEPS or bad <= good or not self.token_inputs:
             return []
         tokens = example["tokens_per_pass"] if example else []
         return [Finding(

@@ -1,0 +1,400 @@
+"""The sequence rules' thresholds (issue 29): each verdict just inside and just outside each
+named threshold, and each condition of a rule false on its own, on hand-made tensors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lesson.debugger import attention as A
+from lesson.debugger import padding as P
+from lesson.debugger import rules
+from lesson.debugger import sequences as S
+from lesson.debugger.copies import drifted, equal_copies
+
+
+# -- attention: saturation ------------------------------------------------------------------------
+def _rows_with_entropy(h: float, n: int = 8, rows: int = 32) -> torch.Tensor:
+    """(1, rows, n) weights whose normalised entropy is `h` (one large weight, the rest even)."""
+    lo, hi = 1.0 / n, 1.0
+    for _ in range(60):
+        a = (lo + hi) / 2
+        p = torch.tensor([a] + [(1 - a) / (n - 1)] * (n - 1), dtype=torch.float64)
+        ent = float(torch.special.entr(p).sum() / math.log(n))
+        lo, hi = (a, hi) if ent > h else (lo, a)
+    return p.float().expand(1, rows, n).clone()
+
+
+def _saturation(h_first: float, h_later: float, rows: int = 32) -> list:
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "softmax", _rows_with_entropy(h_first, rows=rows), step=0)
+    inspector.observe_probs("attn", "softmax", _rows_with_entropy(h_later, rows=rows), step=1)
+    return [f.code for f in inspector.findings()]
+
+
+@pytest.mark.parametrize("h_first, h_later, rows, found", [
+    (A.SATURATED_ENTROPY - 0.01, A.SATURATED_ENTROPY - 0.01, 32, True),   # just inside
+    (A.SATURATED_ENTROPY + 0.01, A.SATURATED_ENTROPY - 0.05, 32, False),  # not from the start
+    (A.SATURATED_ENTROPY - 0.05, A.SATURATED_ENTROPY + 0.08, 32, False),  # not on average
+    (A.SATURATED_ENTROPY - 0.01, A.SATURATED_ENTROPY - 0.01,
+     A.SATURATED_MIN_ROWS // 2 - 1, False),                               # too few rows
+    (A.SATURATED_ENTROPY - 0.01, A.SATURATED_ENTROPY - 0.01, A.SATURATED_MIN_ROWS, True),
+])
+def test_saturation_threshold(h_first, h_later, rows, found):
+    assert ("ATTENTION_SATURATED" in _saturation(h_first, h_later, rows)) is found
+
+
+def test_a_row_with_one_allowed_key_is_not_saturation():
+    causal = torch.full((1, 40, 1), 1.0)                  # one key each: one-hot by construction
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "softmax", causal, step=0)
+    assert inspector.findings() == []
+
+
+def test_sdpa_scores_follow_its_masks_and_scale():
+    q = torch.randn(2, 1, 4, 8)
+    scores, scale = A.sdpa_scores((q, q, q), {"is_causal": True, "scale": 1.0})
+    assert scale == 1.0 and torch.isinf(scores[0, 0, 0, 1]) and not torch.isinf(scores[0, 0, 1, 0])
+    keep = torch.tensor([True, True, False, False])
+    scores, scale = A.sdpa_scores((q, q, q, keep), {})
+    assert scale == pytest.approx(8 ** -0.5) and torch.isinf(scores[..., 2:]).all()
+
+
+# -- attention: padding ---------------------------------------------------------------------------
+def _padding_verdict(mass: float, *, pad_masked: bool = False, real_masked: bool = False,
+                     rows: int = 8, queries: int = 4) -> list[str]:
+    """`rows` sequences of 4 real tokens and 4 padded ones, of which the first `queries` are
+    read as queries; bidirectional; weight `mass` on the padded keys (0 where masked)."""
+    t = 8
+    key_pad = torch.tensor([[False] * 4 + [True] * 4]).expand(rows, t)
+    query_pad = torch.tensor([[False] * queries + [True] * (t - queries)]).expand(rows, t)
+    real_w = 0.0 if real_masked else (1 - mass) / 4
+    pad_w = 0.0 if pad_masked else mass / 4
+    probs = torch.tensor([real_w] * 4 + [pad_w] * 4).expand(rows, 1, t, t).clone()
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "mha", probs, 0, key_pad, query_pad)
+    return [f.code for f in inspector.findings()]
+
+
+def test_attention_on_padding_threshold():
+    assert _padding_verdict(A.PAD_MASS * 1.1) == ["ATTENTION_ON_PADDING"]
+    assert _padding_verdict(A.PAD_MASS * 0.9) == []
+
+
+def test_attention_on_padding_needs_unmasked_padding_and_enough_rows():
+    assert _padding_verdict(0.3, pad_masked=True) == []             # masked: weight 0
+    few = A.MIN_PADDED_ROWS - 1
+    assert _padding_verdict(0.3, rows=1, queries=few) == []          # too few rows
+    assert _padding_verdict(0.3, rows=1, queries=few + 1) == ["ATTENTION_ON_PADDING"]
+
+
+def test_inverted_mask_thresholds():
+    # all the weight on padding and the real keys masked: inverted
+    assert _padding_verdict(1.0, real_masked=True) == ["PADDING_MASK_INVERTED"]
+    # real keys masked but weight left on them? impossible; weight on padding below the line
+    # with the real keys visible: only attention on padding
+    assert _padding_verdict(A.INVERTED_MASS - 0.01) == ["ATTENTION_ON_PADDING"]
+    assert _padding_verdict(A.INVERTED_MASS + 0.01) == ["ATTENTION_ON_PADDING"]  # keys visible
+
+
+def test_an_inverted_mask_needs_the_real_keys_masked():
+    t = 8
+    key_pad = torch.tensor([[False] * 4 + [True] * 4]).expand(8, t)
+    query_pad = key_pad.clone()
+    # all weight on padding, but only 3 of 4 real keys masked (75% < INVERTED_REAL_MASKED)
+    probs = torch.tensor([0.0, 0.0, 0.0, 0.0] + [0.25] * 4).expand(8, 1, t, t).clone()
+    allowed_real = torch.tensor([0.0, 0.0, 0.0, 1e-9] + [0.25] * 4)
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "mha", allowed_real.expand(8, 1, t, t).clone(), 0,
+                            key_pad, query_pad)
+    assert [f.code for f in inspector.findings()] == ["ATTENTION_ON_PADDING"]
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "mha", probs, 0, key_pad, query_pad)
+    assert [f.code for f in inspector.findings()] == ["PADDING_MASK_INVERTED"]
+
+
+def test_a_causal_attention_ignores_the_padding_after_the_query():
+    t = 6
+    key_pad = torch.tensor([[False] * 4 + [True] * 2]).expand(8, t)
+    allowed = torch.ones(t, t).tril()
+    probs = (allowed / allowed.sum(-1, keepdim=True)).expand(8, 1, t, t).clone()
+    inspector = A.AttentionInspector()
+    inspector.observe_probs("attn", "sdpa", probs, 0, key_pad, key_pad)
+    assert inspector.findings() == []
+
+
+# -- padding --------------------------------------------------------------------------------------
+def test_the_pad_id_from_row_tails():
+    rows = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
+    assert P.filler(rows, 1) == (0, "right")
+    assert P.filler(rows.flip(1), 1) == (0, "left")
+    assert P.filler(rows.t(), 0) == (0, "right")
+
+
+@pytest.mark.parametrize("rows", [
+    [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0], [5, 6, 7, 8, 9]],     # one padded row: too few
+    [[5, 6, 7, 8, 0], [5, 6, 7, 8, 0], [5, 6, 7, 8, 9]],     # runs of 1: an end-of-text mark
+    [[5, 6, 7, 0, 0], [5, 6, 7, 0, 0], [5, 6, 7, 0, 0]],     # one length for all: not padding
+    [[0, 6, 7, 8, 9], [5, 6, 0, 0, 0], [7, 0, 0, 0, 0]],     # the id is also text
+])
+def test_a_token_that_is_not_padding(rows):
+    assert P.filler(torch.tensor(rows), 1) is None
+
+
+def test_the_inside_share_threshold():
+    text = torch.arange(1, 201).reshape(2, 100)
+    padded = torch.cat([text, torch.zeros(2, 60, dtype=torch.long)], 1)
+    padded[1, 130:] = 0
+    padded[1, 100:130] = 7
+    assert P.filler(padded, 1) == (0, "right")             # no 0 inside: padding
+    inside = padded.clone()
+    inside[0, 0] = 0                                        # 1 of 91 zeros inside (1.1%)
+    assert P.filler(inside, 1) is None
+    few = torch.cat([padded, torch.zeros(2, 100, dtype=torch.long)], 1)
+    few[0, 0] = 0                                           # 1 of 291 (0.3%): still padding
+    assert P.filler(few, 1) == (0, "right")
+
+
+def test_masks_by_name():
+    x = torch.tensor([[4, 5, 0], [4, 0, 0]])
+    kpm = x == 0
+    assert torch.equal(P.padding_of_mask("src_key_padding_mask", kpm, x.shape), kpm)
+    assert torch.equal(P.padding_of_mask("attention_mask", (~kpm).long(), x.shape), kpm)
+    assert torch.equal(P.padding_of_mask("key_padding_mask",
+                                          torch.zeros(2, 3).masked_fill(kpm, -math.inf),
+                                          x.shape), kpm)
+    assert P.padding_of_mask("mask", kpm, x.shape) is None    # no convention: not guessed
+    assert P.pad_from_mask(x, kpm) == 0 and P.pad_from_mask(x, ~kpm) is None
+
+
+# -- targets and inputs ---------------------------------------------------------------------------
+def _watch_loss(x: torch.Tensor, y: torch.Tensor, kwargs: dict | None = None,
+                ignore: int = -100) -> list[str]:
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    watch.on_train_forward((x,), {}, 0, True, [])
+    logits = torch.zeros(y.numel(), 50)
+    out = F.cross_entropy(logits, y.reshape(-1), ignore_index=ignore)
+    call_kwargs = {"ignore_index": ignore} | (kwargs or {})
+    watch.on_call(F.cross_entropy, (logits, y.reshape(-1)), call_kwargs, out, "", 0, True)
+    return [f.code for f in watch.findings()]
+
+
+def _text(b: int = 4, t: int = 40, seed: int = 0) -> torch.Tensor:
+    return torch.randint(1, 50, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("equal, found", [(0.96, True), (0.94, False)])
+def test_targets_not_shifted_threshold(equal, found):
+    x = _text(4, 100)
+    y = x.clone()
+    differ = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)).argsort(1) \
+        < round((1 - equal) * x.shape[1])
+    y[differ] = (y[differ] % 49) + 1
+    assert ("TARGETS_NOT_SHIFTED" in _watch_loss(x, y)) is found
+
+
+def test_targets_not_shifted_needs_enough_targets_and_no_shifted_input():
+    x = _text(2, 4)                                     # 8 targets < MIN_RELATION_TARGETS
+    assert _watch_loss(x, x.clone()) == []
+    x = _text(4, 4)                                     # 16 targets: judged
+    assert _watch_loss(x, x.clone()) == ["TARGETS_NOT_SHIFTED"]
+    # a seq2seq copy task: targets equal the source, and are the decoder input shifted
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    src = _text()
+    tgt_in = torch.cat([torch.full((4, 1), 49), src[:, :-1]], 1)
+    watch.on_train_forward((src, tgt_in), {}, 0, True, [])
+    logits = torch.zeros(src.numel(), 50)
+    watch.on_call(F.cross_entropy, (logits, src.reshape(-1)), {},
+                  F.cross_entropy(logits, src.reshape(-1)), "", 0, True)
+    assert watch.findings() == []
+
+
+def _padded_batch(pad_share: float, b: int = 10, t: int = 100) -> torch.Tensor:
+    x = _text(b, t)
+    pads = round(pad_share * b * t)
+    for row in range(b):                       # spread the padding over the rows' tails
+        n = pads // b + (row < pads % b)
+        if n:
+            x[row, t - n:] = 0
+    x[0] = _text(1, t, seed=5)                 # the longest row is full
+    return x
+
+
+@pytest.mark.parametrize("share, found", [(S.PADDING_IN_LOSS_SHARE * 1.3, True),
+                                          (S.PADDING_IN_LOSS_SHARE * 0.7, False)])
+def test_padding_in_loss_threshold(share, found):
+    x = _padded_batch(share)
+    y = x[:, 1:]
+    seq = torch.cat([x, torch.zeros(x.shape[0], 1, dtype=torch.long)], 1)
+    # targets shifted by one, padding not ignored
+    assert ("PADDING_IN_LOSS" in _watch_loss(seq[:, :-1], seq[:, 1:])) is found
+    # the same, ignored: never
+    assert "PADDING_IN_LOSS" not in _watch_loss(seq[:, :-1], seq[:, 1:], ignore=0)
+    del y
+
+
+def test_padding_in_loss_needs_a_few_padded_targets():
+    def verdict(first: int, second: int) -> list[str]:
+        x = _text(4, 40)
+        x[1, 40 - first:] = 0
+        x[2, 40 - second:] = 0
+        seq = torch.cat([x, x[:, -1:]], 1)
+        return _watch_loss(seq[:, :-1], seq[:, 1:])
+    assert "PADDING_IN_LOSS" in verdict(2, 2)        # 4 padded targets: MIN_PADDED_TARGETS
+    assert "PADDING_IN_LOSS" not in verdict(2, 1)    # 3: too few, though 1.9% of the targets
+
+
+# -- reads at a padded position -------------------------------------------------------------------
+def _read_verdict(padded_rows: int, rows: int = 40, position: int = -1) -> list[str]:
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    x = _text(rows, 12)
+    for r in range(1, padded_rows + 1):
+        x[r, -2:] = 0
+    x[-1, -3:] = 0 if padded_rows else x[-1, -3:]
+    watch.on_train_forward((x,), {}, 0, True, [])
+    out = torch.randn(rows, 12, 4)
+    watch.on_call(torch.Tensor.__getitem__, (out, (slice(None), position)), {}, out[:, position],
+                  "rnn", 0, True)
+    return [f.code for f in watch.findings()]
+
+
+def test_padded_read_threshold():
+    share = S.PADDED_READ_SHARE
+    assert _read_verdict(round(share * 40) + 1) == ["PADDED_POSITION_READ"]   # 3/40 + 1
+    assert _read_verdict(1) == []                  # 2 of 40 rows (5%): the minimum count met,
+    assert _read_verdict(1, rows=20) == ["PADDED_POSITION_READ"]  # but not the share; 2/20 is
+    assert _read_verdict(5, position=0) == []      # position 0 is real in every row
+
+
+# -- accumulation ---------------------------------------------------------------------------------
+def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]],
+                  token_inputs: bool = True) -> list[str]:
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    watch.token_inputs = token_inputs
+    for step, (ns, ss) in enumerate(zip(tokens_per_pass, scales)):
+        for n, scale in zip(ns, ss):
+            y = torch.cat([torch.ones(n, dtype=torch.long), torch.full((5,), -100)])
+            logits = torch.randn(len(y), 50)
+            out = F.cross_entropy(logits, y)
+            watch.on_call(F.cross_entropy, (logits, y), {}, out, "", step, False)
+            watch.on_backward((out * scale,))
+        watch.end_step(step)
+    return [f.code for f in watch.findings()]
+
+
+def test_accumulation_thresholds():
+    spread = 1 + S.TOKEN_SPREAD
+    big = [[100, round(100 * spread) + 1]] * 2
+    assert _accumulation(big, [[0.5, 0.5]] * 2) == ["ACCUMULATION_UNWEIGHTED_MEAN"]
+    small = [[100, round(100 * spread) - 1]] * 2                # counts too close: fine
+    assert _accumulation(small, [[0.5, 0.5]] * 2) == []
+    assert _accumulation(big[:1], [[0.5, 0.5]]) == []           # one step: too few
+    weighted = [[100 / 211, 111 / 211]] * 2                      # scaled by token counts
+    assert _accumulation(big, weighted) == []
+    off = [[0.5, 0.5 * (1 + 2 * S.SCALE_TOLERANCE)]] * 2         # neither: not judged
+    assert _accumulation(big, off) == []
+    # a model that is not fed token ids (a classifier's smaller last micro-batch): not judged
+    assert _accumulation(big, [[0.5, 0.5]] * 2, token_inputs=False) == []
+
+
+# -- warm-up --------------------------------------------------------------------------------------
+def _warmup(losses: list[float], lrs: list[tuple[int, float]], transformer: bool = True,
+            post_ln: bool | None = True) -> list[str]:
+    ev = rules.Evidence(losses=losses, lrs=lrs, transformer=transformer, post_ln=post_ln,
+                        steps=len(losses))
+    return [f.code for f in rules.rule_warmup_missing(ev, rules.Thresholds())]
+
+
+def test_warmup_thresholds():
+    th = rules.Thresholds()
+    flat = [2.0] * 40
+    spike = flat[:10] + [2.0 * th.warmup_blowup + 0.1] + flat[11:]
+    lr = [(0, 1e-3)]
+    assert _warmup(spike, lr) == ["WARMUP_MISSING"]
+    assert _warmup(flat[:10] + [2.0 * th.warmup_blowup - 0.1] + flat[11:], lr) == []
+    assert _warmup(flat[:10] + [math.nan] * 30, lr) == ["WARMUP_MISSING"]
+    rising = [2.0] * 10 + [2.0 * th.loss_rise + 0.05] * 30
+    assert _warmup(rising, lr) == ["WARMUP_MISSING"]
+    # each condition false alone
+    assert _warmup(spike, lr, transformer=False) == []
+    assert _warmup(spike, lr, post_ln=False) == []
+    assert _warmup(spike, lr, post_ln=None) == ["WARMUP_MISSING"]     # hand-written blocks
+    ramp = [(0, 1e-3 * (th.warmup_start_share - 0.01)), (10, 1e-3)]
+    assert _warmup(spike, ramp) == []
+    assert _warmup(spike, [(0, 1e-3 * (th.warmup_start_share + 0.01)), (10, 1e-3)]) \
+        == ["WARMUP_MISSING"]
+    late = [2.0] * th.warmup_window + [9.0] * 10            # after the window
+    assert _warmup(late, lr) == []
+
+
+# -- generation on padding ------------------------------------------------------------------------
+def _generation(train_masked: bool, unmasked_share_seen: float = 0.0) -> list[str]:
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    x = _padded_batch(0.2)
+    kwargs = {"key_padding_mask": x == 0} if train_masked else {}
+    watch.on_train_forward((x,), kwargs, 0, True, [])
+    if unmasked_share_seen:
+        left = _text(10, 100)
+        left[1:, :round(unmasked_share_seen * 100)] = 0
+        watch.on_train_forward((left,), {}, 1, True, [])
+    prompts = _text(4, 8)
+    prompts[1:, :3] = 0
+    watch.on_eval_forward((prompts,), {}, 2)
+    return [f.code for f in watch.findings()]
+
+
+def test_generation_on_padding_thresholds():
+    assert _generation(train_masked=True) == ["GENERATION_ON_PADDING"]
+    assert _generation(train_masked=False) == ["GENERATION_ON_PADDING"]   # right padding only
+    # training conditioned on unmasked padding too: the model has seen it
+    assert _generation(train_masked=False, unmasked_share_seen=0.05) == []
+
+
+def test_a_masked_generation_pass_is_fine():
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    x = _padded_batch(0.2)
+    watch.on_train_forward((x,), {"key_padding_mask": x == 0}, 0, True, [])
+    prompts = _text(4, 8)
+    prompts[1:, :3] = 0
+    watch.on_eval_forward((prompts,), {"attention_mask": (prompts != 0).long()}, 2)
+    assert watch.findings() == []
+
+
+# -- copies ---------------------------------------------------------------------------------------
+class Tied(nn.Module):
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(n, 4)
+        self.head = nn.Linear(4, n, bias=False)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+        self.blocks[1].load_state_dict(self.blocks[0].state_dict())    # clones on purpose
+        self.head.weight.data.copy_(self.embed.weight.data)
+
+
+def test_copies_of_different_kinds_are_watched_clones_are_not():
+    model = Tied()
+    pairs = equal_copies(model, list(model.named_parameters()))
+    assert [(a, b) for a, b, *_ in pairs] == [("embed.weight", "head.weight")]
+    assert drifted(pairs) == []
+    with torch.no_grad():
+        model.head.weight.add_(0.1)
+    assert drifted(pairs)[0][:2] == ("embed.weight", "head.weight")
+
+
+def test_small_or_constant_copies_are_not_watched():
+    small = Tied(n=3)                                       # 12 elements < MIN_ELEMENTS
+    assert equal_copies(small, list(small.named_parameters())) == []
+    model = Tied()
+    with torch.no_grad():
+        model.embed.weight.fill_(0.5)
+        model.head.weight.fill_(0.5)
+    assert equal_copies(model, list(model.named_parameters())) == []
