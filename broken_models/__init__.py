@@ -72,6 +72,7 @@ PAGES: tuple[str, ...] = (
     "sequence.gru_last_step",
     "sequence.encoder_batch_first",
     "sequence.attention_unscaled",
+    "sequence.post_ln_no_warmup",
     "sequence.accumulation_mean_of_means",
     "sequence.untied_embeddings",
     "sequence.generation_on_padding",
