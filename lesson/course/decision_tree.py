@@ -156,8 +156,9 @@ TREE: tuple[Node, ...] = (
              "the padding)", "PADDING_MASK_INVERTED"),
           _c("attention rows are one-hot from the first step: the scores are not divided "
              "by sqrt(d)", "ATTENTION_SATURATED"),
-          _c("a post-LN transformer's loss blows up in its first steps at a rate that "
-             "trains with a warm-up", "WARMUP_MISSING"),
+          _c("a post-LN transformer at its full learning rate from step 0 drops in its "
+             "first steps to what a model blind to its context gets (the tokens' frequencies) "
+             "and stays there; the same peak rate trains after a warm-up", "WARMUP_MISSING"),
           _c("an RNN or a transformer without batch_first reads (batch, time) as (time, "
              "batch): a sample's output depends on the other samples", "BATCH_MIXING")),
        _q("The results depend on the padding or on how the batch was cut",
