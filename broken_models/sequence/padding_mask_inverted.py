@@ -58,7 +58,7 @@ def train_broken(seed: int) -> Outcome:
             self.embed = nn.Embedding(vocab + 2, d_model)
             self.position = nn.Embedding(64, d_model)
             layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0,
-                                               batch_first=True)
+                                               batch_first=True, norm_first=True)
             self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.head = nn.Linear(d_model, 2)
 
@@ -107,7 +107,7 @@ def train_fixed(seed: int) -> Outcome:
             self.embed = nn.Embedding(vocab + 2, d_model)
             self.position = nn.Embedding(64, d_model)
             layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0,
-                                               batch_first=True)
+                                               batch_first=True, norm_first=True)
             self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.head = nn.Linear(d_model, 2)
 
