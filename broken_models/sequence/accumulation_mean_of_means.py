@@ -36,7 +36,7 @@ REFERENCE = "the gradient-accumulation loss normalisation bug of 2024 (Hugging F
 
 
 def symptom_seen(m: dict) -> bool:
-    return abs(m["train_loss"] - m["val_loss"]) > 0.1
+    return abs(m["train_loss"] - m["val_loss"]) > 0.06
 
 
 def target_reached(m: dict) -> bool:

@@ -73,7 +73,7 @@ def train_broken(seed: int) -> Outcome:
             self.position = nn.Embedding(64, d_model)
             self.norm = nn.LayerNorm(d_model)
             self.attention = SelfAttention()
-            self.head = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 2))
+            self.head = nn.Linear(d_model, 2)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             tokens = torch.cat([torch.full((len(tokens), 1), cls), tokens], dim=1)
@@ -130,7 +130,7 @@ def train_fixed(seed: int) -> Outcome:
             self.position = nn.Embedding(64, d_model)
             self.norm = nn.LayerNorm(d_model)
             self.attention = SelfAttention()
-            self.head = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 2))
+            self.head = nn.Linear(d_model, 2)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             tokens = torch.cat([torch.full((len(tokens), 1), cls), tokens], dim=1)

@@ -48,7 +48,7 @@ def train_broken(seed: int) -> Outcome:
     vocab, padded_length = 24, 24
     pad = vocab
     hidden = 32
-    steps, batch_size, lr = 200, 64, 1e-2
+    steps, batch_size, lr = 300, 64, 1e-2
 
     torch.manual_seed(seed)
     data = reviews(seed, vocab=vocab, width=padded_length)
@@ -90,7 +90,7 @@ def train_fixed(seed: int) -> Outcome:
     vocab, padded_length = 24, 24
     pad = vocab
     hidden = 32
-    steps, batch_size, lr = 200, 64, 1e-2
+    steps, batch_size, lr = 300, 64, 1e-2
 
     torch.manual_seed(seed)
     data = reviews(seed, vocab=vocab, width=padded_length)

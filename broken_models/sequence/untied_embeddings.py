@@ -47,7 +47,7 @@ def train_broken(seed: int) -> Outcome:
 
     vocab, context, batch_size = 16, 16, 32
     width, heads, layers = 32, 2, 2
-    steps, lr = 200, 1e-2
+    steps, lr = 300, 1e-2
 
     torch.manual_seed(seed)
     source = markov_source(seed, vocab=vocab)
@@ -100,7 +100,7 @@ def train_fixed(seed: int) -> Outcome:
 
     vocab, context, batch_size = 16, 16, 32
     width, heads, layers = 32, 2, 2
-    steps, lr = 200, 1e-2
+    steps, lr = 300, 1e-2
 
     torch.manual_seed(seed)
     source = markov_source(seed, vocab=vocab)
