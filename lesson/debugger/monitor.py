@@ -13,7 +13,10 @@ The lesson's API is kept word for word (`activation_stats`, `gradient_stats`, `l
   measure update/weight ratios and catch gradient bookkeeping bugs (missing `zero_grad()`,
   parameters that no optimizer steps);
 * statistics are taken on "statistics steps" only (the first `warmup` steps, then every
-  `every` steps) and copied to the host as one flat buffer per step.
+  `every` steps) and copied to the host as one flat buffer per step;
+* sequence models get their own checks (`lesson.debugger.sequences`): the root's inputs, the
+  loss calls, attention and reads of one position are handed to `self.sequences` on
+  statistics steps, and at the end of the first one it runs its causality and batch probes.
 
 Statistics steps come in two weights. Every one takes the light statistics, the ones a rule
 needs to catch an event at the step it happens: per-unit activation sums and sums of squares
