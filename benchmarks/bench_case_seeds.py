@@ -46,7 +46,8 @@ COLUMNS = (("broken", "symptom_margin", "broken symptom"), ("broken", "target_ma
 def shared_sources(root: Path = ROOT) -> list[Path]:
     """The files every case's result depends on besides its own page."""
     files = [root / "broken_models" / f for f in ("__init__.py", "case.py", "checks.py",
-                                                  "datasets.py", "seeds.py")]
+                                                  "datasets.py", "seeds.py", "tokens.py",
+                                                  "corpus.txt")]
     files += [p for p in sorted((root / "lesson").rglob("*.py"))
               if "course" not in p.relative_to(root / "lesson").parts]
     return files

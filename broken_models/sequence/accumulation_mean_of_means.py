@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, difference
 from broken_models.tokens import markov_source, next_token_loss
 
 TITLE = "Per-micro-batch mean losses under gradient accumulation with varied lengths"
@@ -32,16 +33,17 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Sum the token losses of the step's micro-batches (reduction='sum') and divide by the "
        "step's number of target tokens, counted before the micro-batch loop.")
+EVIDENCE = ("Put the logged training loss beside the held-out loss of the same model: on endless "
+            "data with nothing to overfit, why are they apart? Then read the report's first "
+            "finding: how many target tokens does each micro-batch hold, and how is each one's "
+            "loss weighed?")
+CHANGE = ("Change how the micro-batches' losses are added up: weigh every target token of the "
+          "step alike.")
 TARGET = "the logged training loss within 0.06 nats of the held-out loss"
+SYMPTOM_CHECK = above(difference("train_loss", "val_loss"), 0.06)
+TARGET_CHECK = (at_least(difference("train_loss", "val_loss"), -0.06)
+                & at_most(difference("train_loss", "val_loss"), 0.06))
 REFERENCE = "the gradient-accumulation loss normalisation bug of 2024 (Hugging Face transformers)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return abs(m["train_loss"] - m["val_loss"]) > 0.06
-
-
-def target_reached(m: dict) -> bool:
-    return abs(m["train_loss"] - m["val_loss"]) <= 0.06
 
 
 def train_broken(seed: int) -> Outcome:

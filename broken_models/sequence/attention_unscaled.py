@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import scores
 from broken_models.tokens import reviews
 
@@ -31,15 +32,14 @@ CONSEQUENCES = ("VANISHING_GRADIENT", "LR_TOO_LOW", "COLLAPSED_ACTIVATIONS")
 TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = "Divide the attention scores by math.sqrt(d_model), the dimension of the queries and keys."
+EVIDENCE = ("Read the report's first finding: how spread out are the attention rows (their "
+            "entropy) from the very first step? Then compare the spread of the raw scores with "
+            "the scale a softmax can still pass gradient through.")
+CHANGE = ("Change the attention scores' scale, before the softmax, as scaled dot-product "
+          "attention does.")
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.8
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.8)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

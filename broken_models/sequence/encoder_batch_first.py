@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import scores, sequences
 from broken_models.tokens import answers_compared
 
@@ -28,16 +29,14 @@ TOOL = "batch_independence"
 LESSON = "Sequence models and language models"
 FIX = ("Build the layer with batch_first=True (or transpose the input to (time, batch, "
        "features) and back).")
+EVIDENCE = ("Read `outcome.findings`: does one window's output change when the other windows of "
+            "its batch change? Then compare the shape of the tensor the encoder layer is given "
+            "with the axis order it reads by default.")
+CHANGE = ("Change how the encoder layer is told which axis holds the batch.")
 TARGET = ("validation accuracy >= 0.9, and the same predictions one window at a time as in a "
           "batch (class probabilities moved by under 1e-4)")
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_answers_moved"] > 1e-3
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["val_answers_moved"] < 1e-4
+SYMPTOM_CHECK = above("val_answers_moved", 1e-3)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below("val_answers_moved", 1e-4)
 
 
 def train_broken(seed: int) -> Outcome:

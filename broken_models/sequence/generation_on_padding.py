@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below, difference
 from broken_models.tokens import markov_source
 
 TITLE = "Batched generation from right-padded prompts"
@@ -32,16 +33,15 @@ LESSON = "Sequence models and language models"
 FIX = ("Generate each prompt from its real tokens: group the prompts by length and complete "
        "each group unpadded (or left-pad with a padding mask and positions counted from the "
        "first real token).")
+EVIDENCE = ("Put the teacher-forced accuracy beside the generated accuracy on the same prompts. "
+            "Then print one short prompt as the sampler stacks it: what sits between its last "
+            "real token and the first generated one?")
+CHANGE = ("Change how the prompts are batched for generation, so that the model is fed only "
+          "real tokens.")
 TARGET = "teacher-forced and generated accuracy both >= 0.95"
+SYMPTOM_CHECK = below(difference("generated_accuracy", "teacher_forced_accuracy"), -0.2)
+TARGET_CHECK = at_least("teacher_forced_accuracy", 0.95) & at_least("generated_accuracy", 0.95)
 REFERENCE = "Hugging Face's warning: right-padding detected in a decoder-only model's generate()"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["generated_accuracy"] < m["teacher_forced_accuracy"] - 0.2
-
-
-def target_reached(m: dict) -> bool:
-    return m["teacher_forced_accuracy"] >= 0.95 and m["generated_accuracy"] >= 0.95
 
 
 def train_broken(seed: int) -> Outcome:

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import scores
 from broken_models.tokens import reviews
 
@@ -31,15 +32,14 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Summarise each row at its own last real step: the GRU's final hidden state of the "
        "packed batch (h_n[-1]), or out[torch.arange(len(out)), lengths - 1].")
+EVIDENCE = ("Score the validation reviews by length: which lengths are right and which all get "
+            "one answer? Then print, for one short review, the GRU output the head reads: which "
+            "time step is it, and what is there?")
+CHANGE = ("Change which time step of the GRU's output each row is summarised by: its own last "
+          "real one.")
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.75
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.75)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, below, difference
 from broken_models.tokens import lm_scores, markov_source
 
 TITLE = "A causal language model trained without its causal mask"
@@ -31,18 +32,19 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Give the encoder a causal mask: mask=nn.Transformer.generate_square_subsequent_mask(T) "
        "with is_causal=True, so that position t attends to positions 0..t only.")
+EVIDENCE = ("Put the training loss beside metrics['floor'], the entropy the data allows per "
+            "token: can a model that predicts the next token go below it? Then read the report's "
+            "first finding: which output position depends on which later input, and in which "
+            "module does that first appear?")
+CHANGE = ("Change the model's forward pass: tell its attention which positions each query may "
+          "look at, none after its own.")
 TARGET = ("held-out loss within 0.08 nats above the floor of those tokens (never below it), "
           "and under 2% impossible transitions in generated text")
+SYMPTOM_CHECK = below(difference("train_loss", "floor"), -0.3) | above("generated_impossible", 0.05)
+TARGET_CHECK = (at_least(difference("val_loss", "val_floor"), -0.03)
+                & at_most(difference("val_loss", "val_floor"), 0.08)
+                & below("generated_impossible", 0.02))
 REFERENCE = "huggingface/transformers#48745 (causal-LM heads attending to future tokens)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_loss"] < m["floor"] - 0.3 or m["generated_impossible"] > 0.05
-
-
-def target_reached(m: dict) -> bool:
-    gap = m["val_loss"] - m["val_floor"]
-    return -0.03 <= gap <= 0.08 and m["generated_impossible"] < 0.02
 
 
 def train_broken(seed: int) -> Outcome:

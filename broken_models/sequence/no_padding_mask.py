@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, below
 from broken_models.datasets import scores
 from broken_models.tokens import answers_compared, reviews
 
@@ -28,16 +29,14 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Pass src_key_padding_mask=(tokens == pad) to the encoder, so that no position attends "
        "to the padding.")
+EVIDENCE = ("Read metrics['val_answers_moved'] and metrics['val_answers_changed']: the same "
+            "reviews, padded longer, get other answers. Then read the report's first finding: "
+            "where does the attention put weight that no review contains?")
+CHANGE = ("Change what the encoder is told about each row: which of its positions are padding.")
 TARGET = ("validation accuracy >= 0.9, and the same predictions when the reviews are padded "
           "longer (class probabilities moved by under 1e-4)")
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_answers_moved"] > 1e-3
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9 and m["val_answers_moved"] < 1e-4
+SYMPTOM_CHECK = above("val_answers_moved", 1e-3)
+TARGET_CHECK = at_least("val_accuracy", 0.9) & below("val_answers_moved", 1e-4)
 
 
 def train_broken(seed: int) -> Outcome:

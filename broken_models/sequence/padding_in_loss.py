@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, at_most, below, difference
 from broken_models.tokens import lm_scores, markov_source
 
 TITLE = "Padding counted in the loss"
@@ -27,16 +28,16 @@ CONSEQUENCES = ()
 TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = "Leave the padding out of the loss: nn.CrossEntropyLoss(ignore_index=pad)."
+EVIDENCE = ("Put the training loss beside metrics['floor'] and the held-out loss on real tokens "
+            "beside metrics['val_floor']: one is below what the data allows, the other above it. "
+            "Then read the report's first finding: which target id does the loss count, and how "
+            "many of them are there?")
+CHANGE = ("Change the loss so that it leaves out the targets that are not text.")
 TARGET = "held-out loss on the real tokens within 0.07 nats above the floor of those tokens"
+SYMPTOM_CHECK = below(difference("train_loss", "floor"), -0.15)
+TARGET_CHECK = (at_least(difference("val_loss", "val_floor"), -0.03)
+                & at_most(difference("val_loss", "val_floor"), 0.07))
 REFERENCE = "EleutherAI/gpt-neo#45, allenai/open-instruct#632 (padding tokens in the loss)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_loss"] < m["floor"] - 0.15
-
-
-def target_reached(m: dict) -> bool:
-    return -0.03 <= m["val_loss"] - m["val_floor"] <= 0.07
 
 
 def train_broken(seed: int) -> Outcome:

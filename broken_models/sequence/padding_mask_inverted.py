@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import at_least, below
 from broken_models.datasets import scores
 from broken_models.tokens import answers_compared, reviews
 
@@ -29,15 +30,13 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Pass PyTorch's convention: src_key_padding_mask=(tokens == pad), True on the padding "
        "(an attention_mask of ones on the real tokens is the Hugging Face convention).")
+EVIDENCE = ("Read the loss curve: does it ever leave chance? Then print the mask the encoder is "
+            "given beside one row of tokens: is it True on the words or on the padding, and which "
+            "does PyTorch's encoder expect to be True?")
+CHANGE = ("Change the padding mask the encoder is given to the convention the encoder expects.")
 TARGET = "validation accuracy >= 0.9"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["val_accuracy"] < 0.7
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_accuracy"] >= 0.9
+SYMPTOM_CHECK = below("val_accuracy", 0.7)
+TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
 def train_broken(seed: int) -> Outcome:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, below, difference
 from broken_models.tokens import markov_source, next_token_loss
 
 TITLE = "A post-LN transformer without learning-rate warm-up"
@@ -31,16 +32,16 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Ramp the learning rate up over the first 100 steps (a linear warm-up, then the cosine "
        "decay), keeping the same peak rate.")
+EVIDENCE = ("Read the first twenty losses: where does the curve go in the first steps, and does "
+            "it move after that? Put the plateau beside what a model that ignores its context "
+            "gets (the entropy of the token frequencies) and beside metrics['floor']. Then read "
+            "the report's findings from the top.")
+CHANGE = ("Change the learning-rate schedule of the first steps, keeping the same peak rate and "
+          "the same architecture.")
 TARGET = "held-out loss within 0.2 nats of the floor"
+SYMPTOM_CHECK = above(difference("train_loss", "floor"), 0.4)
+TARGET_CHECK = below(difference("val_loss", "floor"), 0.2)
 REFERENCE = "Xiong et al. (2020), On Layer Normalization in the Transformer Architecture"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_loss"] > m["floor"] + 0.4
-
-
-def target_reached(m: dict) -> bool:
-    return m["val_loss"] < m["floor"] + 0.2
 
 
 def train_broken(seed: int) -> Outcome:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, below, difference
 from broken_models.tokens import lm_scores, markov_source
 
 TITLE = "Next-token targets not shifted by one"
@@ -27,18 +28,17 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Shift in the loss: compare logits[:, :-1] with labels[:, 1:], so that position t is "
        "scored on token t+1.")
+EVIDENCE = ("Read the report's first finding: what do the targets the loss is given have in "
+            "common with the inputs the model is given? Print one row of each, one above the "
+            "other, and compare them with what a next-token model must predict.")
+CHANGE = ("Change how the logits and the labels are lined up in the loss, in one place only.")
 TARGET = ("held-out loss within 0.08 nats above the floor of those tokens (never below it), "
           "and under 2% impossible transitions in generated text")
+SYMPTOM_CHECK = below(difference("train_loss", "floor"), -0.3) | above("generated_impossible", 0.05)
+TARGET_CHECK = (at_least(difference("val_loss", "val_floor"), -0.03)
+                & at_most(difference("val_loss", "val_floor"), 0.08)
+                & below("generated_impossible", 0.02))
 REFERENCE = "the Hugging Face convention: labels = input_ids, shifted inside the model's loss"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_loss"] < m["floor"] - 0.3 or m["generated_impossible"] > 0.05
-
-
-def target_reached(m: dict) -> bool:
-    gap = m["val_loss"] - m["val_floor"]
-    return -0.03 <= gap <= 0.08 and m["generated_impossible"] < 0.02
 
 
 def train_broken(seed: int) -> Outcome:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, difference
 from broken_models.tokens import lm_scores, markov_source
 
 TITLE = "An embedding and an output head meant to be tied, copied instead"
@@ -28,18 +29,18 @@ TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Share the Parameter instead of copying values: self.head.weight = self.embed.weight "
        "(after setting the table, before the optimizer is built).")
+EVIDENCE = ("Count the model's parameters, and read metrics['head_embedding_difference'] after "
+            "training: are the head and the embedding one table? Then read the report's first "
+            "finding: which two parameters started equal, and what happened to them?")
+CHANGE = ("Change how the head gets the embedding's table: one parameter shared, not two filled "
+          "alike.")
 TARGET = ("held-out loss within 0.08 nats above the floor of those tokens, with one shared "
           "table (no difference between head and embedding)")
+SYMPTOM_CHECK = above("head_embedding_difference", 0.01)
+TARGET_CHECK = (at_least(difference("val_loss", "val_floor"), -0.03)
+                & at_most(difference("val_loss", "val_floor"), 0.08)
+                & at_most("head_embedding_difference", 0.0))
 REFERENCE = "Press and Wolf (2017), Using the Output Embedding to Improve Language Models"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["head_embedding_difference"] > 0.01
-
-
-def target_reached(m: dict) -> bool:
-    gap = m["val_loss"] - m["val_floor"]
-    return -0.03 <= gap <= 0.08 and m["head_embedding_difference"] == 0
 
 
 def train_broken(seed: int) -> Outcome:

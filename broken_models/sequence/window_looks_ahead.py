@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from broken_models.case import Outcome
+from broken_models.checks import above, at_least, at_most, below, difference
 from broken_models.tokens import lm_scores, markov_source
 
 TITLE = "A sliding-window attention mask that also looks ahead"
@@ -30,18 +31,19 @@ TOOL = "causality"
 LESSON = "Sequence models and language models"
 FIX = ("Make the window one-sided: a query may attend to a key only when 0 <= query - key <= "
        "window.")
+EVIDENCE = ("Put the training loss beside metrics['floor'], the entropy the data allows per "
+            "token. Then read `outcome.findings`: the first output position that depends on a "
+            "later input, and the module where that dependence first appears. Which keys does "
+            "that module's mask allow a query to see?")
+CHANGE = ("Change the attention mask of that module so that it keeps only keys at or before the "
+          "query, keeping the window's width.")
 TARGET = ("held-out loss within 0.08 nats above the floor of those tokens (never below it), "
           "and under 2% impossible transitions in generated text")
+SYMPTOM_CHECK = below(difference("train_loss", "floor"), -0.3) | above("generated_impossible", 0.05)
+TARGET_CHECK = (at_least(difference("val_loss", "val_floor"), -0.03)
+                & at_most(difference("val_loss", "val_floor"), 0.08)
+                & below("generated_impossible", 0.02))
 REFERENCE = "huggingface/transformers#31673 (label leakage through a sliding-window mask)"
-
-
-def symptom_seen(m: dict) -> bool:
-    return m["train_loss"] < m["floor"] - 0.3 or m["generated_impossible"] > 0.05
-
-
-def target_reached(m: dict) -> bool:
-    gap = m["val_loss"] - m["val_floor"]
-    return -0.03 <= gap <= 0.08 and m["generated_impossible"] < 0.02
 
 
 def train_broken(seed: int) -> Outcome:
