@@ -941,7 +941,8 @@ class NetworkDebugger(Engine):
             accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
             moved_without_grad=dict(self._moved_without_grad),
             stochastic_eval=self._eval_probe.evidence,
-            transformer=self.sequences.transformer_like, post_ln=self.sequences.post_ln)
+            transformer=self.sequences.transformer_like, post_ln=self.sequences.post_ln,
+            marginal_entropy=self.sequences.marginal_entropy())
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, causes first (a finding that explains others comes before them and

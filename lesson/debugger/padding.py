@@ -106,6 +106,22 @@ def filler(tokens: torch.Tensor, time_axis: int) -> tuple[int, str] | None:
     return None
 
 
+def ends_with(tokens: torch.Tensor, pad: int, time_axis: int) -> tuple[int, str] | None:
+    """(pad, "right"/"left") when a pad id named beforehand (an embedding's padding_idx) ends
+    (begins) at least MIN_PADDED_ROWS rows of a (B, T) host tensor and occurs nowhere else:
+    padding, even when every row got as much of it."""
+    rows = tokens.movedim(time_axis, -1)
+    if rows.dim() != 2 or rows.shape[1] < 2:
+        return None
+    total = int((rows == pad).sum())
+    for side in ("right", "left"):
+        runs = tail_runs(rows, pad, side)
+        if int((runs > 0).sum()) >= MIN_PADDED_ROWS and int(runs.sum()) == total \
+                and int(runs.max()) < rows.shape[1]:
+            return pad, side
+    return None
+
+
 def pad_positions(tokens: torch.Tensor, pad: int, time_axis: int, side: str = "both"
                   ) -> torch.Tensor:
     """True where `tokens` holds padding: the run of the pad id at the end of each row
@@ -149,5 +165,5 @@ def token_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[i
     return found
 
 
-__all__ = ["padding_of_mask", "pad_from_mask", "filler", "pad_positions", "side_of", "tail_runs",
+__all__ = ["padding_of_mask", "pad_from_mask", "filler", "ends_with", "pad_positions", "side_of", "tail_runs",
            "token_tensors", "MIN_PADDED_ROWS", "MIN_RUN"]
