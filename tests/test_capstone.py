@@ -133,8 +133,24 @@ def test_changes_name_the_measuring_lines_and_the_set_up_a_repair_touched():
     slower = fixed.replace("steps, lr, weight_decay = 300, 1e-2, 0.1",
                            "steps, lr, weight_decay = 300, 1e-3, 0.1")
     assert changes(compiled(slower)) == ["keep: steps, lr, weight_decay = 300, 1e-2, 0.1"]
+
+
+@pytest.mark.slow
+def test_a_repair_is_told_the_set_up_it_changed_however_it_wrote_it():
+    """The set-up is read from the run (lesson.course.learner.run_setup), not from the text:
+    a loop cut short and a rate lowered after the optimizer is built are both seen."""
+    fixed = capstone.program_source("fixed", "repaired_gpt")
     shorter = fixed.replace("for step in range(steps):", "for step in range(steps // 3):")
-    assert changes(compiled(shorter)) == ["keep range(steps)"]
+    run = run_program(compiled(shorter), seed=0)
+    assert run.changed == ["fewer steps: AdamW steps 100 times, where the training runs 300 "
+                           "steps"], run.changed
+    assert not run.healthy and not run.bug_gone(1)
+    built = "    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)\n"
+    slower = fixed.replace(built, "    for group in optimizer.param_groups:\n"
+                                  "        group[\"lr\"] = group[\"lr\"] / 10\n" + built)
+    assert slower != fixed and changes(compiled(slower)) == []
+    run = run_program(compiled(slower), seed=0)
+    assert any("learning rate of AdamW lowered from 0.01 to 0.001" in c for c in run.changed)
 
 
 # -- the stages of the repair (trains the program) --------------------------------------------

@@ -154,21 +154,8 @@ def test_evaluate_runs_a_students_repair_exactly_like_run_fixed():
 
 #: (case, seed, "broken"/"fixed") -> why a tool misjudges that run today. Each entry is an
 #: expected failure (strict: it must still fail), to be removed when the tool's owner fixes it.
-#: The sequence family's (issue 29): what the debugger (branch seqdbg) does not see yet.
-_SEQUENCE_MISSES = {
-    "padding_mask_inverted": "no finding: src_key_padding_mask = (tokens != pad), True on the "
-                             "real tokens, to nn.TransformerEncoder (PADDING_MASK_INVERTED)",
-    "no_padding_mask": "no finding: nn.TransformerEncoder on right-padded ids without a key "
-                       "padding mask (ATTENTION_ON_PADDING)",
-    "gru_last_step": "BATCH_MIXING only: out[:, -1] after pad_packed_sequence reads zeros for "
-                     "the rows shorter than the batch's longest (PADDED_POSITION_READ)",
-    "post_ln_no_warmup": "EXPLODING_ACTIVATIONS, DEAD_NEURONS (COLLAPSED_ACTIVATIONS): the "
-                         "post-LN run stalls at the marginal entropy from its first steps, "
-                         "with no blow-up above its first loss (WARMUP_MISSING)",
-}
-KNOWN_TOOL_ISSUES: dict[tuple[str, int, str], str] = {
-    (name, seed, "broken"): reason for name, reason in _SEQUENCE_MISSES.items()
-    for seed in (0, 1, 2)}
+#: (Empty now: the sequence family's misses, issue 29, were fixed on branch seqdbg.)
+KNOWN_TOOL_ISSUES: dict[tuple[str, int, str], str] = {}
 
 
 def _params(which: str) -> list:

@@ -11,18 +11,8 @@ WITH_CONSEQUENCES = [n for n, c in CATALOGUE.items() if c.causes and c.consequen
 
 #: case -> why the report does not yet agree with its card (strict expected failures, to be
 #: removed when EXPLAINS and the sequence debugger, branch seqdbg, catch up: issue 29)
-KNOWN_EXPLAINS_GAPS: dict[str, str] = {
-    "gru_last_step": "EXPLAINS lacks PADDED_POSITION_READ -> BATCH_MIXING (which step is last "
-                     "depends on the batch's longest row)",
-    "post_ln_no_warmup": "EXPLAINS lacks WARMUP_MISSING -> COLLAPSED_ACTIVATIONS",
-}
-KNOWN_ORDER_ISSUES: dict[str, str] = {
-    "padding_mask_inverted": "PADDING_MASK_INVERTED is not found yet",
-    "gru_last_step": "PADDED_POSITION_READ is not found yet",
-    "post_ln_no_warmup": "WARMUP_MISSING is not found yet",
-    "attention_unscaled": "EXPLAINS lacks ATTENTION_SATURATED -> COLLAPSED_ACTIVATIONS: the "
-                          "report lists the collapse first",
-}
+KNOWN_EXPLAINS_GAPS: dict[str, str] = {}
+KNOWN_ORDER_ISSUES: dict[str, str] = {}
 
 
 def _known(reasons: dict[str, str]) -> list:

@@ -19,7 +19,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from lesson.course.learner.clinic import harness_lines, training_setup
+from lesson.course.learner.harness import harness_lines
+from lesson.course.learner.repair import trained_setup
+from lesson.course.learner.run_setup import RunSetup, setup_changes
 
 #: the seed of the visible tests, then the hidden tests' (unseen)
 VISIBLE_SEED = 0
@@ -171,22 +173,41 @@ def _kept_lines(source: str) -> list[str]:
 
 
 def changes(repair: Callable[..., Any]) -> list[str]:
-    """What the repair changed that the bugs are not in ([] when nothing): the lines of
-    `_kept_lines` it lacks, and the set-up (each optimizer's rate, each loop's range) that
-    the fix keeps."""
+    """The lines the bugs are not in (`_kept_lines`) that the repair's source lacks ([] when
+    it keeps them all)."""
     try:
         mine = inspect.getsource(repair)
     except (OSError, TypeError) as exc:
         return [f"cannot read the repair's source: {exc}"]
-    broken = program_source()
     lines = {ln.strip() for ln in mine.splitlines()}
-    out = [f"keep: {ln}" for ln in _kept_lines(broken) if ln not in lines]
+    return [f"keep: {ln}" for ln in _kept_lines(program_source()) if ln not in lines]
+
+
+def _key(fn: Callable[..., Any], seed: int) -> tuple[str, int]:
     try:
-        setup = training_setup(textwrap.dedent(mine))
-    except SyntaxError as exc:
-        return out + [f"the repair does not parse: {exc}"]
-    kept = training_setup(broken) & training_setup(program_source("fixed"))
-    return out + [f"keep {item}" for item in sorted(kept - setup)]
+        return inspect.getsource(fn), seed
+    except (OSError, TypeError):
+        return repr(fn), seed
+
+
+#: (source, seed) -> the outcome of one training and the set-up it trained with
+_trained: dict[tuple[str, int], tuple[Any, RunSetup]] = {}
+
+
+def _train(fn: Callable[..., Any], seed: int) -> tuple[Any, RunSetup]:
+    key = _key(fn, seed)
+    if key not in _trained:
+        _trained[key] = trained_setup(fn, seed)
+    return _trained[key]
+
+
+def setup_changed(setup: RunSetup, seed: int) -> list[str]:
+    """What a run's set-up changed from the fixed program's on the visible seed (its fix
+    changes no setting: the bugs are in none), in words: a rate, the number of steps,
+    clipping, the model's size, the seed, layers added."""
+    _, reference = _train(_program().train_fixed, VISIBLE_SEED)
+    return [c.says for c in setup_changes(reference, reference, setup,
+                                          seeds=(VISIBLE_SEED, VISIBLE_SEED, seed))]
 
 
 _runs: dict[tuple[str, int], ProgramRun] = {}
@@ -198,15 +219,13 @@ def run_program(repair: Callable[..., Any], seed: int) -> ProgramRun:
     from broken_models.case import Outcome, check_seed
 
     check_seed(seed)
-    try:
-        key = (inspect.getsource(repair), seed)
-    except (OSError, TypeError):
-        key = (repr(repair), seed)
+    key = _key(repair, seed)
     if key not in _runs:
         changed = changes(repair)
-        outcome = repair(seed)
+        outcome, setup = _train(repair, seed)
         if not isinstance(outcome, Outcome):
             raise TypeError(f"the program must return an Outcome, got {type(outcome).__name__}")
         codes = list(dict.fromkeys(f.code for f in outcome.findings))
-        _runs[key] = ProgramRun(seed, codes, dict(outcome.metrics), changed)
+        _runs[key] = ProgramRun(seed, codes, dict(outcome.metrics),
+                                changed + setup_changed(setup, seed))
     return _runs[key]
