@@ -10,12 +10,7 @@ from lesson.debugger import rules
 from lesson.debugger.report_text import format_report
 from lesson.debugger.rules import Evidence, Thresholds
 from lesson.findings import Finding, sort_findings
-
-
-def _layer(rms: float) -> dict:
-    return {"kind": "Linear", "act_mean": 0.0, "act_std": rms, "act_min": -rms, "act_max": rms,
-            "zero_fraction": 0.0, "dead_fraction": None, "sample_std": rms, "nonfinite": 0,
-            "samples": 64}
+from tests.test_rules import _layer
 
 
 def test_activations_that_shrank_but_stay_huge_are_said_to_shrink():

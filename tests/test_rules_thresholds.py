@@ -199,8 +199,19 @@ def test_lr_too_high_evidence_and_first_step():
     found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.5, 1.2],
                                             lrs=[(0, 0.5), (20, 0.7)]), TH)
     assert found[0].step == 10
-    assert found[0].evidence == {"max_update_ratio": 2.0, "loss_first": 1.0, "loss_max": 1.5,
-                                 "loss_last": 1.2, "lr": 0.7}
+    assert found[0].evidence == {"max_update_ratio": 2.0, "first_update_ratio": 0.001,
+                                 "loss_first": 1.0, "loss_max": 1.5, "loss_last": 1.2, "lr": 0.7}
+    # the first step's ratio (before a blow-up grows the weights) sizes the advice: 0.001 is
+    # below the ratio that trains, so no factor is named
+    assert "10x at a time" in found[0].advice and "expect" not in found[0].advice
+
+
+def test_lr_too_high_advice_names_the_factor_the_first_ratio_asks_for():
+    hist = [record(0, params={"w": param(update_ratio=1.0)}),
+            record(10, params={"w": param(update_ratio=2.0)})]
+    found = rules.rule_lr_too_high(Evidence(history=hist, losses=[1.0, 1.5, 1.2]), TH)
+    assert found[0].evidence["first_update_ratio"] == 1.0
+    assert "where about 0.01 trains, so expect about 100x" in found[0].advice
 
 
 # -- LR_TOO_LOW ----------------------------------------------------------------------------------
@@ -350,6 +361,21 @@ def test_exploding_activation_edge_is_an_rms_of_a_thousand():
                                        TH) == []
     output_too = scale_evidence({"a": layer(), "out": layer(std=1001.0)})   # absolute scale
     assert codes(rules.rule_activation_scale(output_too, TH)) == ["EXPLODING_ACTIVATIONS"]
+
+
+def test_activations_large_from_the_start_with_idle_norms_are_told_to_call_them():
+    """Weights at a variance-preserving scale, activations huge from the first record: with
+    normalisation layers built and never run, the advice names them and says to call them;
+    without, what adds up needs normalisation."""
+    huge = {"a": layer(std=5000.0), "out": layer()}
+    plain = rules.rule_activation_scale(scale_evidence(huge), TH)[0]
+    assert "needs normalisation" in plain.advice
+    idle = scale_evidence(huge)
+    idle.never_grad, idle.layer_kinds = ["b.norm.weight"], {"b.norm": "LayerNorm", "a": "Linear"}
+    advice = rules.rule_activation_scale(idle, TH)[0].advice
+    assert "normalisation layers that never run (b.norm): call them in forward" in advice
+    idle.layer_kinds["b.norm"] = "Dropout"                  # not a normalisation
+    assert "needs normalisation" in rules.rule_activation_scale(idle, TH)[0].advice
 
 
 def test_activation_growth_edge_is_a_hundredfold_above_an_rms_of_ten():
@@ -505,6 +531,24 @@ def test_no_gradient_needs_a_backward_pass_or_a_step():
         "NO_GRADIENT"]
     assert rules.rule_no_gradient(Evidence(never_grad=["w"]), TH) == []
     assert rules.rule_no_gradient(Evidence(backwards=3), TH) == []
+
+
+def test_no_gradient_on_layers_that_never_ran_says_to_call_them():
+    """A layer built in __init__ and never called in forward gets no gradient: the advice is to
+    call it, not the generic "remove the detach on the path to the loss"."""
+    kinds = {"0": "Linear", "1.norm": "LayerNorm", "2.norm": "LayerNorm", "1.f.0": "Linear"}
+    idle = Evidence(never_grad=["1.norm.weight", "1.norm.bias", "2.norm.weight"], backwards=3,
+                    layer_kinds=kinds, layer_order=["0", "1.f.0#32"])
+    found = rules.rule_no_gradient(idle, TH)
+    assert found[0].evidence["never_run"] == ["1.norm", "2.norm"]
+    assert found[0].advice.startswith("They belong to layers that never ran in forward "
+                                      "(1.norm, 2.norm)")
+    cut = Evidence(never_grad=["0.weight"], backwards=3, layer_kinds=kinds, layer_order=["0"])
+    found = rules.rule_no_gradient(cut, TH)      # it ran: the path to the loss is cut
+    assert found[0].evidence["never_run"] == [] and "detach" in found[0].advice
+    many = Evidence(never_grad=[f"{i}.norm.weight" for i in range(5)], backwards=1,
+                    layer_kinds={f"{i}.norm": "BatchNorm1d" for i in range(5)})
+    assert "(0.norm, 1.norm, 2.norm and 2 more)" in rules.rule_no_gradient(many, TH)[0].advice
 
 
 # -- EVAL_MODE_DURING_TRAINING and TRAIN_MODE_DURING_EVAL ----------------------------------------

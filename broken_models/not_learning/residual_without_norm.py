@@ -26,7 +26,7 @@ CAUSES = ("EXPLODING_ACTIVATIONS", "NO_GRADIENT")  # the unused norm gets no gra
 CONSEQUENCES = ("EXPLODING_GRADIENT", "NAN_OR_INF", "LR_TOO_HIGH", "DEAD_NEURONS")  # the blow-up and what it leaves
 TOOL = "monitor"
 LESSON = "2. Activation statistics"
-FIX = "Call the block's LayerNorm in forward (pre-norm: x + f(norm(x)))."
+FIX = "Call the block's LayerNorm in forward, on the input of its branch: x + f(norm(x))."
 EVIDENCE = ("In the per-layer activation table, follow the std block after block through the "
             "residual blocks: how does it grow, at the first step already, although each layer's "
             "weights look ordinary?")

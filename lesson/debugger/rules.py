@@ -652,6 +652,12 @@ def _exploding_advice(ev: Evidence, th: Thresholds, big: str | None, scale: floa
         return (f"The weights start too large: {len(large)} of {len(scales)} weight matrices "
                 f"start {min(scales[n] for n in large) / unit:.2g}x to {scale / unit:.2g}x the "
                 f"scale of {init}'s init (largest: {big}). Initialise them with {init}.")
+    idle_norms = [n for n in never_run(ev) if ev.layer_kinds.get(n, "").endswith(_NORMS)]
+    if growth < th.activation_growth and idle_norms:
+        return ("The activations are this large from the first step although the weights start "
+                "at a variance-preserving scale, and the network builds normalisation layers "
+                f"that never run ({_names(idle_norms)}): call them in forward, on the input of "
+                "what adds up (in a residual block, x + f(norm(x))).")
     if growth < th.activation_growth:
         return ("The activations are this large from the first step although the weights start "
                 "at a variance-preserving scale: what adds up inside the network needs "
@@ -797,11 +803,34 @@ def rule_no_gradient(ev: Evidence, th: Thresholds) -> list[Finding]:
     if not ev.never_grad or (ev.backwards == 0 and ev.optimizer_steps == 0):
         return []
     first = ev.never_grad[0]
+    idle = never_run(ev)
     return [Finding("NO_GRADIENT",
                     f"{len(ev.never_grad)} trainable tensor(s) never received a gradient after "
                     f"{max(ev.backwards, ev.optimizer_steps)} backward passes (e.g. {first})",
                     layer=layer_of(first) or None,
-                    evidence={"params": ev.never_grad[:20], "backwards": ev.backwards})]
+                    evidence={"params": ev.never_grad[:20], "backwards": ev.backwards,
+                              "never_run": idle[:20]},
+                    advice=f"They belong to layers that never ran in forward ({_names(idle)}): "
+                           "built in __init__, never called. Call each where it belongs in "
+                           "forward, or remove it." if idle else "")]
+
+
+#: layer kinds that normalise (by class name: BatchNorm1d, LayerNorm, GroupNorm, RMSNorm, ...)
+_NORMS = ("Norm", "Norm1d", "Norm2d", "Norm3d")
+
+
+def never_run(ev: Evidence) -> list[str]:
+    """The layers holding a tensor that never got a gradient which the debugger watched but
+    never saw run forward (a layer built in __init__ and never called), in model order."""
+    ran = {name.partition("#")[0] for name in ev.layer_order}
+    owners = dict.fromkeys(layer_of(p) for p in ev.never_grad)
+    return [n for n in owners if n in ev.layer_kinds and n not in ran]
+
+
+def _names(layers: list[str], most: int = 3) -> str:
+    """A few layer names, and how many more ("1.norm, 2.norm, 3.norm and 27 more")."""
+    shown = ", ".join(layers[:most])
+    return shown + (f" and {len(layers) - most} more" if len(layers) > most else "")
 
 
 def rule_modes(ev: Evidence, th: Thresholds) -> list[Finding]:

@@ -138,16 +138,22 @@ def _fewer_steps(factor: float) -> Callable[[str], str]:
     return apply
 
 
+def _method_statements(text: str, fn: ast.FunctionDef,
+                       method: str) -> list[tuple[ast.Expr, str]]:
+    """Each statement of `fn` that is a call `<receiver>.<method>(...)`, with the receiver's
+    source (`optimizer` in `optimizer.step()`)."""
+    return [(node, ast.get_source_segment(text, node.value.func.value))
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == method]
+
+
 def _clip(max_norm: float) -> Callable[[str], str]:
     def apply(source: str) -> str:
         text, fn = _parse(source)
-        inserts = []
-        for node in ast.walk(fn):
-            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, ast.Attribute)
-                    and node.value.func.attr == "step" and not node.value.args):
-                receiver = ast.get_source_segment(text, node.value.func.value)
-                inserts.append((node.lineno, f"{HELPERS}.clip({receiver}, {max_norm})"))
+        inserts = [(node.lineno, f"{HELPERS}.clip({receiver}, {max_norm})")
+                   for node, receiver in _method_statements(text, fn, "step")
+                   if not node.value.args]
         if not inserts:
             raise NotApplicable("no optimizer.step() call")
         return _insert_lines(text, inserts)
@@ -159,20 +165,13 @@ def _stop_early() -> Callable[[str], str]:
     loss rose above its best (patience 1): early stopping as a student writes it."""
     def apply(source: str) -> str:
         text, fn = _parse(source)
-        inserts = []
-        for node in ast.walk(fn):
-            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, ast.Attribute)
-                    and node.value.func.attr == "record_val_loss"):
-                debugger = ast.get_source_segment(text, node.value.func.value)
-                after = node.end_lineno + 1
-                inserts.append((after, f"if {HELPERS}.past_best({debugger}): break"))
-        if not inserts:
+        found = _method_statements(text, fn, "record_val_loss")
+        if not found:
             raise NotApplicable("no validation loss recorded: nothing to stop at")
         lines = text.splitlines()
-        for lineno, code in sorted(inserts, reverse=True):
-            indent = _indent(lines, lineno - 1)
-            lines.insert(lineno - 1, indent + code)
+        for node, debugger in sorted(found, key=lambda f: f[0].end_lineno, reverse=True):
+            lines.insert(node.end_lineno, _indent(lines, node.end_lineno)
+                         + f"if {HELPERS}.past_best({debugger}): break")
         return "\n".join(lines) + "\n"
     return apply
 
