@@ -15,8 +15,8 @@ no margin: a missing or an unexplained code is a failure). Exit status 1 when an
 CPU heavy (41 cases x 200 seeds x 2 runs of about half a second): `--jobs` processes of one
 torch thread each, at nice 10 (`--nice`), and resumable: every result is appended to a cache
 (`--cache`, one JSON line per case, seed, script and source hash), so a rerun trains only what
-is new or whose sources changed (the page, the shared catalogue modules, the library under
-`lesson/` outside `lesson/course/`).
+is new or whose code changed (the page, the shared catalogue modules, the library under
+`lesson/` outside `lesson/course/`; docstrings, comments and a card's words are not code).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_case_seeds.py --jobs 2
         [--case NAME ...] [--seeds 0-199] [--which both|broken|fixed] [--no-cache]
@@ -24,6 +24,7 @@ is new or whose sources changed (the page, the shared catalogue modules, the lib
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import hashlib
 import json
@@ -53,21 +54,75 @@ def shared_sources(root: Path = ROOT) -> list[Path]:
     return files
 
 
-def source_hash(page: Path, shared: list[Path]) -> str:
-    """What a cached result of the page was computed from."""
-    digest = hashlib.sha256()
-    for path in [page, *shared]:
-        digest.update(str(path.relative_to(ROOT)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+#: a page's card fields that are words for people: no run reads them, so rewording one keeps
+#: every cached result (the checks, the codes and the tool are read, and hashed)
+TEXT_FIELDS = frozenset({"TITLE", "SYMPTOM", "LESSON", "FIX", "TARGET", "REFERENCE", "EVIDENCE",
+                         "CHANGE"})
+
+
+def code_of(path: Path) -> str:
+    """A file's code without its docstrings, comments and card text: rewording any of them
+    leaves every cached result valid, changing a line of code does not."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree.body = [s for s in tree.body if not (isinstance(s, ast.Assign) and all(
+        isinstance(t, ast.Name) and t.id in TEXT_FIELDS for t in s.targets))]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def source_hashes(pages: dict[str, Path], shared: list[Path], root: Path = ROOT) -> dict[str, str]:
+    """What a cached result of each page was computed from: the page's code and the shared
+    code (each file parsed once)."""
+    common = hashlib.sha256()
+    for path in shared:
+        common.update(str(path.relative_to(root)).encode())
+        common.update(code_of(path).encode())
+    out = {}
+    for name, page in pages.items():
+        digest = common.copy()
+        digest.update(str(page.relative_to(root)).encode())
+        digest.update(code_of(page).encode())
+        out[name] = digest.hexdigest()[:16]
+    return out
+
+
+def page_path(module: str) -> Path:
+    return ROOT / Path(*module.split(".")).with_suffix(".py")
+
+
+def case_hashes(names: list[str] | None = None) -> dict[str, str]:
+    """The source hash of each case (all of them by default), read from the files now."""
+    from broken_models import CATALOGUE
+
+    pages = {n: page_path(c.module) for n, c in CATALOGUE.items() if names is None or n in names}
+    return source_hashes(pages, shared_sources())
+
+
+_HASHES: dict[str, str] = {}
 
 
 def _init(nice: int) -> None:
+    """A worker: one torch thread, niced; it imports every module a result depends on (the
+    catalogue, the library under `lesson/`), then hashes the files it imported, so a file
+    edited during a sweep never has the old code's results filed under its new hash."""
+    import importlib
+
     import torch
 
     if nice:
         os.nice(nice)
     torch.set_num_threads(1)
+    import broken_models  # noqa: F401  (every page)
+    for path in shared_sources():
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__main__":     # a script: running it is not importing it
+            continue
+        importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    _HASHES.update(case_hashes())
 
 
 def _job(args: tuple[str, int, str]) -> dict:
@@ -75,12 +130,14 @@ def _job(args: tuple[str, int, str]) -> dict:
     from broken_models.seeds import SeedRun, sweep_run
 
     name, seed, which = args
+    source = _HASHES[name]
     start = time.perf_counter()
     try:
-        return dataclasses.asdict(sweep_run(CATALOGUE[name], seed, which))
+        row = dataclasses.asdict(sweep_run(CATALOGUE[name], seed, which))
     except Exception as err:  # a crash is a failing run, not the end of the sweep
-        return dataclasses.asdict(SeedRun(name, seed, which, (f"crashed: {type(err).__name__}: {err}",),
-                                          -math.inf, -math.inf, (), time.perf_counter() - start))
+        row = dataclasses.asdict(SeedRun(name, seed, which, (f"crashed: {type(err).__name__}: {err}",),
+                                         -math.inf, -math.inf, (), time.perf_counter() - start))
+    return row | {"source": source}
 
 
 def _load_cache(path: Path) -> dict[tuple[str, int, str, str], dict]:
@@ -146,9 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no case named {', '.join(unknown)}")
     names = args.case or list(CATALOGUE)
     kinds = ("broken", "fixed") if args.which == "both" else (args.which,)
-    shared = shared_sources()
-    hashes = {n: source_hash(ROOT / Path(*CATALOGUE[n].module.split("."))
-                             .with_suffix(".py"), shared) for n in names}
+    hashes = case_hashes(names)
     cache = {} if args.no_cache else _load_cache(args.cache)
     results: dict[str, list[dict]] = {n: [] for n in names}
     todo = []
@@ -167,11 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.cache, "a", encoding="utf-8") as out, \
                 multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.nice,)) as pool:
             for done, row in enumerate(pool.imap_unordered(_job, todo, chunksize=4), 1):
-                row["source"] = hashes[row["case"]]
                 for key in ("symptom_margin", "target_margin"):
                     row[key] = _number(row[key])
                 out.write(json.dumps(row) + "\n")
                 out.flush()
+                if row["source"] != hashes[row["case"]]:
+                    print(f"note: {row['case']} changed during the sweep; its result is cached "
+                          f"under the code it ran, not counted here", flush=True)
+                    continue
                 results[row["case"]].append(row)
                 if row["problems"]:
                     print(f"FAIL {row['case']} {row['which']} seed {row['seed']}: "
