@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_case_seeds import _init, _load_cache, _number, source_hash, table  # noqa: E402
+from bench_case_seeds import _load_cache, _number, page_path, source_hashes, table  # noqa: E402
 
 DEFAULT_CACHE = ROOT / "benchmarks" / ".cache" / "sequence_margins.jsonl"
 
@@ -65,6 +66,29 @@ class _Recorder:
         return []
 
 
+_HASHES: dict[str, str] = {}
+
+
+def page_hashes(names: list[str] | None = None) -> dict[str, str]:
+    """The source hash of each case (by default every case), read from the files now."""
+    from broken_models import CATALOGUE
+
+    pages = {n: page_path(c.module) for n, c in CATALOGUE.items() if names is None or n in names}
+    return source_hashes(pages, shared_sources())
+
+
+def _init(nice: int) -> None:
+    """A worker: one torch thread, niced; it imports the catalogue, then hashes the files, so
+    a page edited during a sweep never has the old code's results filed under its new hash."""
+    import torch
+
+    if nice:
+        os.nice(nice)
+    torch.set_num_threads(1)
+    import broken_models.tokens  # noqa: F401
+    _HASHES.update(page_hashes())
+
+
 def _job(args: tuple[str, int, str]) -> dict[str, Any]:
     import warnings
 
@@ -77,7 +101,7 @@ def _job(args: tuple[str, int, str]) -> dict[str, Any]:
 
     name, seed, which = args
     start = time.perf_counter()
-    row = {"case": name, "seed": seed, "which": which, "codes": []}
+    row = {"case": name, "seed": seed, "which": which, "codes": [], "source": _HASHES[name]}
     try:
         case = CATALOGUE[name]
         run = case.run_broken(seed) if which == "broken" else case.run_fixed(seed)
@@ -114,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in CATALOGUE]
     if unknown:
         parser.error(f"no case named {', '.join(unknown)}")
-    shared = shared_sources()
-    hashes = {n: source_hash(ROOT / Path(*CATALOGUE[n].module.split(".")).with_suffix(".py"),
-                             shared) for n in names}
+    hashes = page_hashes(names)
     cache = {} if args.no_cache else _load_cache(args.cache)
     results: dict[str, list[dict]] = {n: [] for n in names}
     todo = []
@@ -136,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.cache, "a", encoding="utf-8") as out, \
                 multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.nice,)) as pool:
             for row in pool.imap_unordered(_job, todo):
-                row["source"] = hashes[row["case"]]
                 for key in ("symptom_margin", "target_margin"):
                     row[key] = _number(row[key])
                 out.write(json.dumps(row) + "\n")

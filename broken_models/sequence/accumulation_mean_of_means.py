@@ -96,7 +96,6 @@ def train_broken(seed: int) -> Outcome:
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
             buckets = length_buckets(train[torch.randint(len(train), (batch_size,), generator=g)])
-            tokens = sum((rows[:, 1:] != pad).sum() for rows in buckets)
             optimizer.zero_grad()
             step_loss = 0.0
             for rows in buckets:
