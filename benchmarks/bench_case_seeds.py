@@ -47,7 +47,8 @@ COLUMNS = (("broken", "symptom_margin", "broken symptom"), ("broken", "target_ma
 def shared_sources(root: Path = ROOT) -> list[Path]:
     """The files every case's result depends on besides its own page."""
     files = [root / "broken_models" / f for f in ("__init__.py", "case.py", "checks.py",
-                                                  "datasets.py", "seeds.py")]
+                                                  "datasets.py", "seeds.py", "tokens.py",
+                                                  "corpus.txt")]
     files += [p for p in sorted((root / "lesson").rglob("*.py"))
               if "course" not in p.relative_to(root / "lesson").parts]
     return files
@@ -61,7 +62,10 @@ TEXT_FIELDS = frozenset({"TITLE", "SYMPTOM", "LESSON", "FIX", "TARGET", "REFEREN
 
 def code_of(path: Path) -> str:
     """A file's code without its docstrings, comments and card text: rewording any of them
-    leaves every cached result valid, changing a line of code does not."""
+    leaves every cached result valid, changing a line of code does not. A file that is not
+    Python (the shipped text) counts as it is."""
+    if path.suffix != ".py":
+        return path.read_text(encoding="utf-8")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     tree.body = [s for s in tree.body if not (isinstance(s, ast.Assign) and all(
         isinstance(t, ast.Name) and t.id in TEXT_FIELDS for t in s.targets))]
@@ -118,7 +122,7 @@ def _init(nice: int) -> None:
     import broken_models  # noqa: F401  (every page)
     for path in shared_sources():
         parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__main__":     # a script: running it is not importing it
+        if parts[-1] == "__main__" or path.suffix != ".py":   # a script, a text: not imported
             continue
         importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     _HASHES.update(case_hashes())

@@ -62,6 +62,20 @@ PAGES: tuple[str, ...] = (
     # Backward bugs
     "backward.custom_function_transpose",
     "backward.miniframework_transpose",
+    # Sequence and language models
+    "sequence.no_causal_mask",
+    "sequence.window_looks_ahead",
+    "sequence.targets_not_shifted",
+    "sequence.padding_in_loss",
+    "sequence.padding_mask_inverted",
+    "sequence.no_padding_mask",
+    "sequence.gru_last_step",
+    "sequence.encoder_batch_first",
+    "sequence.attention_unscaled",
+    "sequence.post_ln_no_warmup",
+    "sequence.accumulation_mean_of_means",
+    "sequence.untied_embeddings",
+    "sequence.generation_on_padding",
 )
 
 

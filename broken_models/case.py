@@ -45,6 +45,7 @@ FAMILIES: dict[str, str] = {
     "bad_model": "The loss decreases but the model is bad",
     "pytorch": "Common PyTorch bugs",
     "backward": "Bugs in the backward pass",
+    "sequence": "Sequence and language models",
 }
 
 #: the kinds of set-up change a repair can make (the clinics' repair judgement names them);
@@ -77,6 +78,13 @@ METRIC_WORDS: dict[str, str] = {
     "clean_val_accuracy": "accuracy on rows never trained on",
     "val_answers_changed": "validation answers that changed between evaluations",
     "frozen_change": "change of the frozen layer", "val_losses": "validation losses",
+    # sequence models (broken_models/tokens.py)
+    "train_loss": "training loss at the end", "floor": "the data's entropy floor",
+    "val_loss": "held-out loss", "val_floor": "the floor of those held-out tokens",
+    "generated_impossible": "share of impossible transitions in generated text",
+    "val_answers_moved": "mean move of the validation class probabilities",
+    "head_embedding_difference": "relative difference of the head and the embedding",
+    "teacher_forced_accuracy": "teacher-forced accuracy", "generated_accuracy": "generated accuracy",
 }
 
 #: the module-level fields of a case page: its card, never part of the script itself

@@ -109,9 +109,19 @@ def test_a_sweep_run_measures_each_promise_with_its_sign():
         sweep_run(case, 0, "both")
 
 
+def _cases() -> list:
+    """Every case; those the debugger does not diagnose yet (tests/test_catalogue.py's known
+    tool issues) as strict expected failures."""
+    from tests.test_catalogue import KNOWN_TOOL_ISSUES
+
+    known = {name: reason for (name, _, _), reason in KNOWN_TOOL_ISSUES.items()}
+    return [pytest.param(n, marks=[pytest.mark.xfail(reason=known[n], strict=True)])
+            if n in known else n for n in CATALOGUE]
+
+
 @pytest.mark.slow
 @pytest.mark.seeds
-@pytest.mark.parametrize("name", list(CATALOGUE))
+@pytest.mark.parametrize("name", _cases())
 def test_the_case_holds_on_every_seed_of_this_commit(name):
     case = CATALOGUE[name]
     failing = {seed: found for seed in SWEEP_SEEDS if (found := problems(case, seed))}

@@ -9,6 +9,16 @@ from lesson.findings import CODES, EXPLAINS, Finding, sort_findings
 
 WITH_CONSEQUENCES = [n for n, c in CATALOGUE.items() if c.causes and c.consequences]
 
+#: case -> why the report does not yet agree with its card (strict expected failures, to be
+#: removed when EXPLAINS and the sequence debugger, branch seqdbg, catch up: issue 29)
+KNOWN_EXPLAINS_GAPS: dict[str, str] = {}
+KNOWN_ORDER_ISSUES: dict[str, str] = {}
+
+
+def _known(reasons: dict[str, str]) -> list:
+    return [pytest.param(n, marks=[pytest.mark.xfail(reason=reasons[n], strict=True)])
+            if n in reasons else n for n in WITH_CONSEQUENCES]
+
 
 def _reaches(cause: str, code: str) -> bool:
     """Is `code` explained by `cause`, directly or through a chain of EXPLAINS?"""
@@ -29,7 +39,7 @@ def test_the_relation_names_known_codes_only():
         assert cause in CODES and set(effects) <= set(CODES), cause
 
 
-@pytest.mark.parametrize("name", WITH_CONSEQUENCES)
+@pytest.mark.parametrize("name", _known(KNOWN_EXPLAINS_GAPS))
 def test_every_declared_consequence_follows_from_a_declared_cause(name):
     case = CATALOGUE[name]
     for code in case.consequences:
@@ -65,7 +75,7 @@ def test_links_survive_the_report_format():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", WITH_CONSEQUENCES)
+@pytest.mark.parametrize("name", _known(KNOWN_ORDER_ISSUES))
 def test_the_broken_run_lists_its_cause_before_its_consequences(name):
     case = CATALOGUE[name]
     run = case.run_broken(seed=0)

@@ -113,6 +113,15 @@ WRONG: list[tuple[str, str, str, object, str]] = [
      T("custom_function_transpose", "diagnosis")),
     ("wrong", "clinic5_backward", L("miniframework_transpose"),  # the broken backward, kept
      ("broken", "miniframework_transpose", []), T("miniframework_transpose", "repair")),
+    ("wrong", "clinic6_sequence", L("padding_mask_inverted"),  # a consequence, not the cause
+     D("padding_mask_inverted", "PADDING_MASK_INVERTED", "ATTENTION_ON_PADDING"),
+     T("padding_mask_inverted", "diagnosis")),
+    ("wrong", "clinic6_sequence", L("gru_last_step"),  # reads the first step instead of the last
+     ("broken", "gru_last_step", [("out[:, -1]", "out[:, 0]")]), T("gru_last_step", "repair")),
+    ("wrong", "capstone_gpt", "causes",  # a learning rate blamed for the second cause
+     ('"CAUSAL_LEAK"', '"LR_TOO_HIGH"'), "test_cause_2"),
+    ("wrong2", "capstone_gpt", "repaired_gpt",  # two bugs fixed, the attention mask left
+     ("attn_mask=~self.future[:t, :t]", "attn_mask=self.future[:t, :t]"), "test_fix_2"),
 ]
 
 
@@ -376,6 +385,18 @@ def test_plausible_wrong_answers_score_less_than_full(graded_class):
             score, max_score = cells[target]
             assert score < max_score, f"{name}: the wrong {cell_id} still earns {target}"
         assert grades[(student, name)][0] < grades[(student, name)][1]
+
+
+@pytest.mark.slow
+def test_the_capstone_gives_points_per_bug_found_and_fixed(graded_class):
+    """A repair that fixes two of the three bugs keeps their points and loses the third's and
+    the healthy program's; a wrong cause loses that cause's point only."""
+    partial = _cells(graded_class, "wrong2", "capstone_gpt")
+    full = {k for k, (score, top) in partial.items() if score == top > 0}
+    assert full == {"test_cause_1", "test_cause_2", "test_cause_3", "test_fix_1", "test_fix_3"}, partial
+    assert partial["test_fix_2"][0] == partial["test_healthy"][0] == 0
+    wrong_cause = _cells(graded_class, "wrong", "capstone_gpt")
+    assert [k for k, (score, top) in wrong_cause.items() if score < top] == ["test_cause_2"]
 
 
 @pytest.mark.slow

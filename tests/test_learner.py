@@ -61,7 +61,8 @@ def test_exercises_are_listed_in_order_with_hints():
     names = [e.name for e in EXERCISES]
     assert names[:5] == ["ex1_exploding_gradients", "ex2_dead_neurons", "ex3_lr_finder",
                          "ex4_data_validator", "ex5_gradient_check"]
-    assert all(n.startswith("clinic") for n in names[5:]) and len(names) > 5
+    assert all(n.startswith("clinic") for n in names[5:-1]) and len(names) > 6
+    assert names[-1] == "capstone_gpt"          # after the clinics: it builds on the sixth
     assert all(e.notebook.endswith(".ipynb") and e.title and e.hints for e in EXERCISES)
 
 
@@ -394,3 +395,35 @@ def test_next_after_a_pass_is_the_one_exercises_names(tmp_path):
     case = find_exercise(clinic.cases[0], EXERCISES)
     progress.get(clinic.cases[0]).status = DONE
     assert commands.step_after(progress, case, EXERCISES) == clinic.cases[1]
+
+
+@pytest.mark.slow
+def test_check_on_the_capstone_counts_each_bug_found_and_fixed(tmp_path, capsys):
+    """A learner one round into the capstone: the first cause named, the first bug fixed.
+    `nndebug check` passes that cause's test and that bug's, and fails the others with what is
+    still wrong (the program trains once, on the visible seed)."""
+    from lesson.course.capstone import BUGS, program_source
+
+    root = course_copy(tmp_path, names=["capstone_gpt"])
+    path = solve(root, "capstone")
+    broken = program_source("broken", "repaired_gpt")
+    fixed = program_source("fixed", "repaired_gpt")
+    first_fix = fixed.replace("attn_mask=~self.future", "attn_mask=self.future")
+    first_fix = first_fix.replace(
+        fixed[fixed.index("    @torch.no_grad()\n    def sample"):fixed.index("    # -- training")],
+        broken[broken.index("    @torch.no_grad()\n    def sample"):broken.index("    # -- training")])
+    assert first_fix != broken and first_fix != fixed
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.get("id") == "causes":
+            cell.source = f'causes = ["{BUGS[0].code}"]\n'
+        elif cell.get("id") == "repaired_gpt":
+            cell.source = first_fix
+    nbformat.write(nb, path)
+    assert cli("check", root, "capstone") == 1
+    out = capsys.readouterr().out
+    for test in ("test_cause_1", "test_fix_1"):
+        assert f"PASS  {test}" in out, out
+    for test in ("test_cause_2", "test_cause_3", "test_fix_2", "test_fix_3", "test_healthy"):
+        assert f"FAIL  {test}" in out, out
+    assert "the second cause the debugger names is not in causes" in out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lesson import check_causality as lesson_check_causality
 from lesson.findings import CODES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,12 @@ def test_every_code_block_runs(path, tmp_path, monkeypatch):
     assert namespace["report"].passed               # the gradient check passes
     assert namespace["checks"].passed               # the preflight passes a healthy model
     assert "# The run to diagnose" in namespace["prompt"]
+    # the sequence section shows what it says: a leak below the floor, a copier, the two checks
+    assert namespace["watcher"].loss_history[-1] < namespace["floor"] - 0.3   # no mask: too good
+    assert [f.code for f in namespace["copier"].diagnose()] == ["TARGETS_NOT_SHIFTED"]
+    assert namespace["leak"][0].code == "CAUSAL_LEAK"
+    assert lesson_check_causality(namespace["healthy"], namespace["sample"](4, 16)) == []
+    assert "CAUSAL_LEAK" in printed and "BATCH_MIXING" in printed
 
 
 @pytest.mark.parametrize("path", READMES, ids=ids)
@@ -167,3 +174,87 @@ def test_written_in_the_courses_own_words(path):
     copied = [" ".join(ours[i:i + 8]) for i in range(len(ours) - 7)
               if tuple(ours[i:i + 8]) in shingles]
     assert not copied, copied[:5]
+
+
+SEQUENCE_HEADINGS = {"README.md": "Sequence models and language models",
+                     "README.es.md": "Modelos de secuencia y de lenguaje"}
+
+
+def headings(text: str) -> list[tuple[int, str]]:
+    """(level, title) of every heading outside code blocks, in order."""
+    return [(len(m[1]), m[2]) for m in re.finditer(r"^(#+) (.+)$", FENCE.sub("", text), re.M)]
+
+
+def section(text: str, title: str) -> str:
+    """The body of the level-2 section `title`, up to the next level-2 heading."""
+    parts = re.split(r"^## ", text, flags=re.M)
+    bodies = [p for p in parts if p.split("\n", 1)[0].strip() == title]
+    assert len(bodies) == 1, f"no single section {title!r}"
+    return bodies[0]
+
+
+def test_both_languages_have_the_same_structure():
+    """Same heading levels in the same order, as many code blocks, and the sequence section
+    under its exact title in each (the catalogue's sequence cases name it)."""
+    en, es = (text_of(p) for p in READMES)
+    assert [lvl for lvl, _ in headings(en)] == [lvl for lvl, _ in headings(es)]
+    assert len(python_blocks(en)) == len(python_blocks(es))
+    for path in READMES:
+        title = SEQUENCE_HEADINGS[path.name]
+        assert (2, title) in headings(text_of(path)), f"{path.name}: no '## {title}'"
+    position = [[t for _, t in headings(text)].index(SEQUENCE_HEADINGS[p.name])
+                for p, text in zip(READMES, (en, es))]
+    assert position[0] == position[1]
+
+
+def test_every_lesson_section_a_case_names_is_a_heading_of_the_lesson():
+    """A hint says "start from the lesson's section X": X must be findable in lesson/README.md.
+    "Symptom N: ..." and "Technique N: ..." name the numbered headings of Concepts and
+    Techniques; any other section is a heading, word for word."""
+    from broken_models import CATALOGUE
+
+    titles = [t for _, t in headings(text_of(LESSON / "README.md"))]
+    techniques = section(text_of(LESSON / "README.md"), "Techniques")
+    for name, case in CATALOGUE.items():
+        numbered = re.match(r"(Symptom|Technique) (\d+): ", case.lesson)
+        if numbered is None:
+            assert case.lesson in titles, (name, case.lesson)
+        elif numbered[1] == "Symptom":
+            assert any(t.startswith(f"Symptom {numbered[2]}: ") for t in titles), (name, case.lesson)
+        else:
+            assert re.search(rf"^### {numbered[2]}\. ", techniques, re.M), (name, case.lesson)
+
+
+@pytest.mark.parametrize("path", READMES, ids=ids)
+def test_every_sequence_case_is_taught_and_in_the_master_table(path):
+    """Each case of the sequence family is linked from the lesson's sequence section, with the
+    code it shows, and has a row of the master table (the last table of the lesson)."""
+    from broken_models import CATALOGUE
+
+    text = text_of(path)
+    body = section(text, SEQUENCE_HEADINGS[path.name])
+    master = tables(text)[-1]
+    in_master = {CASE_LINK.search(cells[4]).group(2) for cells in master}
+    cases = {n: c for n, c in CATALOGUE.items() if c.family == "sequence"}
+    assert len(cases) >= 12
+    taught = set(CASE_LINK.findall(body))
+    for name, case in cases.items():
+        assert ("sequence", name) in taught, f"{path.name}: the sequence section never links {name}"
+        assert name in in_master, f"{path.name}: no master-table row for {name}"
+        assert any(f"`{code}`" in body for code in case.expected), (name, case.expected)
+    # every new code is taught in the section, with the code the debugger reports
+    for code in ("CAUSAL_LEAK", "TARGETS_NOT_SHIFTED", "PADDING_IN_LOSS", "PADDING_MASK_INVERTED",
+                 "ATTENTION_ON_PADDING", "ATTENTION_SATURATED", "PADDED_POSITION_READ",
+                 "ACCUMULATION_UNWEIGHTED_MEAN", "WARMUP_MISSING", "UNTIED_WEIGHTS",
+                 "GENERATION_ON_PADDING", "BATCH_MIXING"):
+        assert f"`{code}`" in body, f"{path.name}: {code} not in the sequence section"
+
+
+@pytest.mark.parametrize("path", READMES, ids=ids)
+def test_the_sequence_section_cites_the_public_reports(path):
+    body = section(text_of(path), SEQUENCE_HEADINGS[path.name])
+    for report in ("huggingface/transformers#48745", "#31673", "#22001", "karpathy/minGPT#75",
+                   "karpathy/nanoGPT#331", "keras-team/keras#23038", "#21284",
+                   "tatp22/linformer-pytorch#25", "EleutherAI/gpt-neo#45", "01-ai/Yi#110",
+                   "allenai/open-instruct#632", "PR #34191", "#27517"):
+        assert report in body, f"{path.name}: {report} not cited"

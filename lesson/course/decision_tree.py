@@ -66,6 +66,8 @@ TREE: tuple[Node, ...] = (
                 "EXPLODING_GRADIENT"),
              _c("activations grew layer by layer before the loss broke",
                 "EXPLODING_ACTIVATIONS"),
+             _c("a post-LN transformer at its full learning rate from step 0 broke in its "
+                "first steps", "WARMUP_MISSING"),
              _a("none of these", "keep the finding the debugger reports, NAN_OR_INF, and "
                 "rerun the failing step under `torch.autograd.detect_anomaly()` to get the "
                 "backward operation that made it"))),
@@ -77,7 +79,9 @@ TREE: tuple[Node, ...] = (
              "LR_TOO_HIGH"),
           _c("gradient norms are huge or grow step over step", "EXPLODING_GRADIENT"),
           _c("gradient norms grow every step although the loss is small: `.grad` is never "
-             "cleared", "MISSING_ZERO_GRAD")),
+             "cleared", "MISSING_ZERO_GRAD"),
+          _c("a post-LN transformer at its full learning rate from step 0 jumps up in its "
+             "first steps, and trains with a warm-up", "WARMUP_MISSING")),
        _q("It stays flat (or nearly): first look at the gradients",
           _c("some trainable parameters have `.grad` None after `backward()`", "NO_GRADIENT"),
           _c("parameters have gradients but do not change after `optimizer.step()`",
@@ -152,8 +156,9 @@ TREE: tuple[Node, ...] = (
              "the padding)", "PADDING_MASK_INVERTED"),
           _c("attention rows are one-hot from the first step: the scores are not divided "
              "by sqrt(d)", "ATTENTION_SATURATED"),
-          _c("a post-LN transformer's loss blows up in its first steps at a rate that "
-             "trains with a warm-up", "WARMUP_MISSING"),
+          _c("a post-LN transformer at its full learning rate from step 0 drops in its "
+             "first steps to what a model blind to its context gets (the tokens' frequencies) "
+             "and stays there; the same peak rate trains after a warm-up", "WARMUP_MISSING"),
           _c("an RNN or a transformer without batch_first reads (batch, time) as (time, "
              "batch): a sample's output depends on the other samples", "BATCH_MIXING")),
        _q("The results depend on the padding or on how the batch was cut",

@@ -1,6 +1,6 @@
 """The course's exercises, in order, with their hints: the written exercises from
 `exercises.toml`, then one clinic per family of the catalogue (`clinics.py`), whose cases are
-exercises of their own."""
+exercises of their own, then the capstone (`exercises.toml`, `after_clinics = true`)."""
 from __future__ import annotations
 
 import tomllib
@@ -60,12 +60,16 @@ def clinic_exercises() -> list[Exercise]:
 
 
 def load_exercises(path: Path = METADATA) -> list[Exercise]:
-    """All exercises in teaching order: the written ones, then the clinics."""
+    """All exercises in teaching order: the written ones, then the clinics, then the written
+    ones marked `after_clinics` (the capstone)."""
     data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    exercises = [Exercise(e["name"], e["notebook"], e["title"], tuple(e["hints"]),
-                          requirements=tuple((test, tuple(texts)) for test, texts
-                                             in e.get("requirements", {}).items()))
-                 for e in data["exercise"]] + clinic_exercises()
+    written = {False: [], True: []}
+    for e in data["exercise"]:
+        written[bool(e.get("after_clinics", False))].append(Exercise(
+            e["name"], e["notebook"], e["title"], tuple(e["hints"]),
+            requirements=tuple((test, tuple(texts)) for test, texts
+                               in e.get("requirements", {}).items())))
+    exercises = written[False] + clinic_exercises() + written[True]
     names = [e.name for e in exercises]
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: an exercise name appears twice")

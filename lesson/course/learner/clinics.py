@@ -23,6 +23,7 @@ ASSIGNMENTS: dict[str, tuple[str, str]] = {
     "bad_model": ("clinic3_bad_model", "bad_model.ipynb"),
     "pytorch": ("clinic4_pytorch", "pytorch_pitfalls.ipynb"),
     "backward": ("clinic5_backward", "backward.ipynb"),
+    "sequence": ("clinic6_sequence", "sequence.ipynb"),
 }
 #: seeds the repair is graded on: the visible test's, then the hidden tests' (unseen)
 VISIBLE_SEED = 0

@@ -111,16 +111,22 @@ def reference_setups(name: str, seed: int) -> tuple[RunSetup, RunSetup]:
     return ref.broken_setup, ref.fixed_setup
 
 
+def trained_setup(repair: Callable[..., Any], seed: int) -> tuple[Any, RunSetup]:
+    """Run `repair(seed)` and return its outcome with the set-up it trained with. In the
+    grader's clean room the repair runs in the student's sandbox, which records the set-up
+    there and sends it back with the outcome (`_nndebug_setup`); here nothing trains, so the
+    local record is empty and that one counts."""
+    with record_setup() as local:
+        outcome = repair(seed)
+    remote = getattr(outcome, "_nndebug_setup", None)
+    seen_here = local.optimizers or any(local.layers.values())
+    return outcome, local if seen_here or not isinstance(remote, RunSetup) else remote
+
+
 def _watched(repair: Callable[..., Any], into: dict[str, RunSetup]) -> Callable[[int], Any]:
-    """`repair`, recording the set-up it trains with. In the grader's clean room the repair
-    runs in the student's sandbox, which records it there and sends it back with the outcome
-    (`_nndebug_setup`); here nothing trains, so the local record is empty and that one counts."""
+    """`repair`, leaving the set-up it trains with in `into["setup"]` (`trained_setup`)."""
     def run(seed: int) -> Any:
-        with record_setup() as local:
-            outcome = repair(seed)
-        remote = getattr(outcome, "_nndebug_setup", None)
-        seen_here = local.optimizers or any(local.layers.values())
-        into["setup"] = local if seen_here or not isinstance(remote, RunSetup) else remote
+        outcome, into["setup"] = trained_setup(repair, seed)
         return outcome
     return run
 
