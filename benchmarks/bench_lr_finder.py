@@ -23,13 +23,18 @@ rates a quarter-decade apart can score within a few percent, within the run-to-r
 the "near best" column prints the band of grid rates scoring within 10% of the best (read a
 ratio near 3x against it). The target itself is unchanged: ratio to the grid's argmin.
 
-Held-out check: `--set held-out` (or `--held-out`) runs 8 other tasks (other seeds, widths,
-depths and targets, a CNN with Adam, SGD with momentum) that the suggestion rule was not
-designed on; `--set extra` 7 more (a GRU and an LSTM on sequences, with Adam and with SGD
-momentum, an LSTM regression, and tasks scored on a 50-step and a 1000-step budget);
-`--set all` runs all 20 and counts, per tool, the tasks within 3x and the rates that diverge.
-BENCH_SEED=1 changes every initialisation. Tasks run in parallel processes (`--jobs`, default
-2), one torch thread each; the numbers do not depend on it.
+Task sets (`--set`): the benchmark's five; `held-out`, 8 others (other seeds, widths, depths
+and targets, a CNN with Adam, SGD with momentum); `extra`, 7 more (a GRU and an LSTM on
+sequences, with Adam and with SGD momentum, an LSTM regression, budgets of 50 and 1000 steps);
+`edge`, 6 where the best rate sits near the edge of stability (plain SGD without momentum on
+500-2000 steps: tanh, sigmoid, a CNN, a small transformer, a wide MLP, a tanh regression);
+`edge-held-out`, 7 more of that kind (a tanh CNN, a two-layer sigmoid MLP, a two-layer
+transformer, a ReLU MLP, a linear classifier, a deeper tanh MLP, a ReLU regression). The
+suggestion rules were designed on `tuning` (benchmark, extra, edge) and only checked on
+`confirm` (held-out, edge-held-out); `all` runs the 33 and counts, per tool, the tasks
+within 3x and the rates that diverge. BENCH_SEED=1 changes every initialisation. Tasks run in
+parallel processes (`--jobs`, default 2), one torch thread each; the numbers do not depend on
+it; `-k` picks tasks by name.
 
     .venv/bin/python benchmarks/bench_lr_finder.py [--set all] [--jobs 1] [raw.npy]
 """
@@ -243,17 +248,119 @@ def extra_tasks() -> list[Task]:
     ]
 
 
-#: the task sets `--set` chooses from ("all" runs every one of them)
+class TinyTransformer(nn.Module):
+    """Token embeddings plus learned positions, `layers` pre-norm encoder layers (no
+    dropout), mean-pooled, a linear head: a transformer classifier small enough for a CPU."""
+
+    def __init__(self, vocab: int, length: int, classes: int, width: int = 32,
+                 layers: int = 1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Parameter(0.1 * torch.randn(length, width))
+        layer = nn.TransformerEncoderLayer(width, 2, 2 * width, dropout=0.0, batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens) + self.position).mean(1))
+
+
+def _token_task(g: torch.Generator, vocab: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences labelled by which of three marker tokens (1, 2, 3) occurs most often
+    (ties to the lowest): a counting task attention solves and a bag of words nearly does."""
+    tokens = torch.randint(0, vocab, (2048, length), generator=g)
+    counts = torch.stack([(tokens == k).sum(1) for k in (1, 2, 3)], 1)
+    return tokens, counts.argmax(1)
+
+
+def _cnn(activation: type[nn.Module] = nn.ReLU, width: int = 8) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(1, width, 3, padding=1), activation(), nn.MaxPool2d(2),
+                         nn.Conv2d(width, 2 * width, 3, padding=1), activation(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * width, 10))
+
+
+def edge_tasks() -> list[Task]:
+    """Plain SGD (no momentum) on budgets of 500-2000 steps: the rate that trains best sits
+    close to the edge of stability, not far below it. The rule was tuned on these six."""
+    g = torch.Generator().manual_seed(21)
+    xd, yd = _digits()
+    x1, y1 = _teacher_data(g, 21, 20, 32, 4)
+    x2, y2 = _teacher_data(g, 22, 30, 48, 8)
+    xt, yt = _token_task(g, 12, 16)
+    x6 = torch.randn(2048, 10, generator=g)
+    y6 = 3 * (x6 @ torch.randn(10, 1, generator=g)) + 2 * torch.tanh(x6[:, :1] * x6[:, 1:2])
+    return [
+        Task("tanh-mlp-digits (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.Tanh(),
+                                   nn.Linear(64, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("wide-cnn-digits (SGD, 500 steps)", lambda: _cnn(width=16), xd, yd,
+             nn.CrossEntropyLoss(), "sgd", steps=500),
+        Task("sigmoid-mlp-synthetic (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(20, 64), nn.Sigmoid(), nn.Linear(64, 4)),
+             x1, y1, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("transformer-tokens (SGD, 1000 steps)", lambda: TinyTransformer(12, 16, 3),
+             xt, yt, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("wide-mlp-synthetic-8cls (SGD, 2000 steps)",
+             lambda: nn.Sequential(nn.Linear(30, 256), nn.ReLU(), nn.Linear(256, 8)),
+             x2, y2, nn.CrossEntropyLoss(), "sgd", steps=2000),
+        Task("tanh-regression (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(10, 64), nn.Tanh(), nn.Linear(64, 1)),
+             x6, y6, nn.MSELoss(), "sgd", steps=1000),
+    ]
+
+
+def edge_held_out_tasks() -> list[Task]:
+    """More tasks of the near-edge kind, NOT used to tune the rule: other data, depths and
+    activations, a two-layer transformer, a linear classifier, other budgets."""
+    g = torch.Generator().manual_seed(31)
+    xd, yd = _digits()
+    x1, y1 = _teacher_data(g, 31, 24, 40, 8)
+    xt, yt = _token_task(g, 16, 24)
+    x6 = torch.randn(2048, 6, generator=g)
+    y6 = 10 * torch.sin(x6[:, :1]) + 5 * (x6 @ torch.randn(6, 1, generator=g))
+    return [
+        Task("tanh-cnn-digits (SGD, 1000 steps)", lambda: _cnn(nn.Tanh),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("sigmoid-mlp-digits-2-hidden (SGD, 2000 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.Sigmoid(),
+                                   nn.Linear(64, 64), nn.Sigmoid(), nn.Linear(64, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=2000),
+        Task("transformer-2-layers-tokens (SGD, 500 steps)",
+             lambda: TinyTransformer(16, 24, 3, width=32, layers=2),
+             xt, yt, nn.CrossEntropyLoss(), "sgd", steps=500),
+        Task("relu-mlp-digits (SGD, 1500 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(),
+                                   nn.Linear(128, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=1500),
+        Task("linear-softmax-digits (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("tanh-mlp-synthetic-8cls (SGD, 500 steps)",
+             lambda: nn.Sequential(nn.Linear(24, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                                   nn.Linear(64, 8)),
+             x1, y1, nn.CrossEntropyLoss(), "sgd", steps=500),
+        Task("relu-regression-sine (SGD, 2000 steps)",
+             lambda: nn.Sequential(nn.Linear(6, 64), nn.ReLU(), nn.Linear(64, 1)),
+             x6, y6, nn.MSELoss(), "sgd", steps=2000),
+    ]
+
+
+#: the task sets `--set` chooses from
 SETS: dict[str, Callable[[], list[Task]]] = {
     "benchmark": lambda: tasks(), "held-out": lambda: held_out_tasks(),
-    "extra": lambda: extra_tasks()}
+    "extra": lambda: extra_tasks(), "edge": lambda: edge_tasks(),
+    "edge-held-out": lambda: edge_held_out_tasks()}
+#: ...and the groups of sets: "tuning", the sets the suggestion rules were designed on;
+#: "confirm", the sets they were only checked on; "all", every set
+GROUPS = {"tuning": ("benchmark", "extra", "edge"), "confirm": ("held-out", "edge-held-out"),
+          "all": tuple(SETS)}
 
 
 def all_tasks(name: str) -> list[Task]:
-    """The tasks of one set, or of every set for "all"."""
-    if name == "all":
-        return [t for make in SETS.values() for t in make()]
-    return SETS[name]()
+    """The tasks of one set or group of sets."""
+    return [t for s in GROUPS.get(name, (name,)) for t in SETS[s]()]
 
 
 def train_avg(task: Task, init: nn.Module, lr: float) -> float:
@@ -327,10 +434,12 @@ def ours(task: Task, init: nn.Module) -> float | None:
     result = find_learning_rate(model, task.loader(), None, task.criterion,
                                 optimizer=task.make_optimizer, verbose=False)
     RAW[task.name] = (result.lrs, result.losses)
+    RULE[task.name] = result.kind or "none"
     return result.suggested_lr
 
 
 RAW: dict[str, tuple[list[float], list[float]]] = {}
+RULE: dict[str, str] = {}       # the rule our finder chose for each task ("edge", "steepest")
 
 
 def lesson_rule(task: Task, init: nn.Module) -> float | None:
@@ -381,6 +490,7 @@ def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
         lr = fn(task, init)
         loss = train_avg(task, init, lr) if lr else math.nan
         row[tool] = (lr, loss)
+    row["rule"] = RULE.get(task.name)
     print(f"  done: {task.name} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return row, {"grid": grid, "best": best, "sweep": RAW.get(task.name)}
 
@@ -388,17 +498,22 @@ def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", nargs="?", help="save the raw grids and sweeps to this .npy")
-    parser.add_argument("--set", choices=[*SETS, "all"], default="benchmark",
+    parser.add_argument("--set", choices=[*SETS, *GROUPS], default="benchmark",
                         help="which tasks: the benchmark's five (default), the held-out eight, "
-                             "the extra seven (RNNs, short and long budgets), or all of them")
+                             "the extra seven (RNNs, short and long budgets), the edge six "
+                             "(plain SGD, 500-2000 steps), the edge-held-out seven; 'tuning' "
+                             "and 'confirm' (the sets the rules were designed on / only "
+                             "checked on), or all of them")
     parser.add_argument("--held-out", action="store_true", help="the same as --set held-out")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="tasks run in parallel, one thread each (default 2)")
+    parser.add_argument("-k", default="", help="only the tasks whose name contains this")
     args = parser.parse_args()
     which = "held-out" if args.held_out else args.set
     t0 = time.perf_counter()
     seed = int(os.environ.get("BENCH_SEED", "0"))
-    jobs = [(which, i, seed) for i in range(len(all_tasks(which)))]
+    chosen = [i for i, t in enumerate(all_tasks(which)) if args.k in t.name]
+    jobs = [(which, i, seed) for i in chosen]
     budgets = {t.name: t.steps for t in all_tasks(which)}
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
@@ -414,7 +529,7 @@ def main() -> None:
     width = max(len(row["task"]) for row in rows)
     head = (f"{'task':<{width}} {'grid best':>9} {'near best':>17}  {'tool':<16} "
             f"{'suggested':>9} {'ratio':>6} {'diverges':>8} {'loss@sugg':>10} "
-            f"{'loss@best':>10} {'loss x':>6}")
+            f"{'loss@best':>10} {'loss x':>6}  rule")
     print(head)
     print("-" * len(head))
     missed = []
@@ -436,7 +551,8 @@ def main() -> None:
             lr_cell = f"{lr:.2e}" if lr else "none"
             print(f"{task_cell:<{width}} {best_cell:>9} {near_cell:>17}  {tool:<16} "
                   f"{lr_cell:>9} {ratio:>6.2f} {'YES' if diverges else 'no':>8} "
-                  f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}")
+                  f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}"
+                  + (f"  {row['rule']}" if tool == "ours" else ""))
     costs = ", ".join(f"{r['cost']}" for r in rows)
     print(f"\ncost per task in optimizer steps: range test 100; grid search {costs} "
           f"(up to {max(r['cost'] for r in rows) // 100}x the range test)")

@@ -144,6 +144,32 @@ def test_sigmoid_fed_to_bce_with_logits(seed):
     assert codes(fixed) == []
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("head", ["linear", "linear+flatten"])
+def test_logits_of_a_linear_layer_inside_0_1_are_not_sigmoid_outputs(seed, head):
+    """A GAN's discriminator near equilibrium gives logits that stay inside [0, 1] batch after
+    batch: they come out of a Linear layer (its autograd node), so they are raw scores; the
+    same values through a sigmoid are not."""
+    gen = torch.Generator().manual_seed(seed)
+    layer = nn.Linear(4, 1)
+    with torch.no_grad():
+        layer.weight.mul_(0.02)
+        layer.bias.fill_(0.5)
+
+    def observe(make_output):
+        inspector = LossInputInspector()
+        for step in range(6):
+            out = make_output(layer(torch.randn(32, 4, generator=gen)))
+            out = out.flatten(0) if head == "linear+flatten" else out
+            assert 0 <= float(out.min()) and float(out.max()) <= 1    # values alone: [0, 1]
+            target = torch.ones_like(out)
+            inspector.observe(out, target, nn.BCEWithLogitsLoss(), step=step)
+        return codes(inspector)
+
+    assert observe(lambda z: z) == []
+    assert observe(lambda z: torch.sigmoid(4 * z - 2)) == ["DOUBLE_SOFTMAX"]
+
+
 # -- SOFTMAX_WRONG_DIM --------------------------------------------------------------------------
 WRONG_DIM_CASES = [
     (nn.CrossEntropyLoss(), lambda z: z.softmax(0)),

@@ -3,7 +3,9 @@
 Not the teaching catalogue (`broken_models/`): these are faults reported in public projects,
 issue trackers and the fault benchmarks of the literature, reproduced small and offline, to
 measure the debugger on bugs it was not built from. One module per fault, each holding `FAULT`
-(see `harness.Fault`); `FAULTS` collects them in file-name order.
+(see `harness.Fault`); `FAULTS` collects every module that defines one, in file-name order
+(the prefix names the taxonomy group by convention: m_, t_, tr_, api_). A new group of faults
+is new modules and its name in `harness.GROUPS`; nothing else changes.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from .harness import Fault
 
 FAULTS: dict[str, Fault] = {}
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.name.startswith(("m_", "t_", "tr_", "api_")):
-        _fault = importlib.import_module(f"{__name__}.{_info.name}").FAULT
-        object.__setattr__(_fault, "name", _info.name)
-        FAULTS[_info.name] = _fault
+    if _info.name != "harness" and not _info.ispkg:
+        _fault = getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAULT", None)
+        if isinstance(_fault, Fault):
+            object.__setattr__(_fault, "name", _info.name)
+            FAULTS[_info.name] = _fault

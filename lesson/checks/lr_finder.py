@@ -6,34 +6,47 @@ with an exponential moving average (bias-corrected, so the first points are not 
 0). The sweep stops when the smoothed loss exceeds `diverge_factor` times its best value, or
 when the loss stops being a finite number (those points are not kept).
 
-Which rate to pick is the `suggested_lr` rule (see `suggest_lr`). The model and the optimizer
-are put back exactly as they were afterwards, also when the sweep raises or is interrupted.
+Which rate to pick depends on what was swept (`lesson.checks.lr_suggestion`): plain SGD on a
+classification loss calls for a rate close to the edge of stability the sweep shows, anything
+else for the smoothed loss's steepest descent, capped at a third of the edge; the result says
+which rule, and why. The model and the optimizer are put back exactly as they were
+afterwards, also when the sweep raises or is interrupted.
 """
 from __future__ import annotations
 
 import csv
 import math
+import textwrap
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
+from lesson.checks.lr_suggestion import choose_lr, smooth, suggest_lr
+from lesson.debugger.loss_inputs import (BINARY_LOGITS, BINARY_PROBS, CLASS_LOG_PROBS,
+                                         CLASS_LOGITS, criterion_kind)
 from lesson.restore import preserved, require_batch, require_module, require_parameters
 
 Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: the criterion kinds of a classification loss (lesson.debugger.loss_inputs)
+CLASSIFICATION = (CLASS_LOGITS, CLASS_LOG_PROBS, BINARY_LOGITS, BINARY_PROBS)
 
 
 class LRFinderResult(list):
     """The sweep's `(lr, loss)` pairs (a list, as the lesson returned) plus the smoothed
-    curve, the suggested learning rate and the rule that chose it."""
+    curve, the suggested learning rate, which rule the sweep called for (`kind`: "edge" or
+    "steepest", see `lesson.checks.lr_suggestion`) and why, in words (`rule`)."""
 
     def __init__(self, pairs: Iterable[tuple[float, float]], smoothed: list[float],
-                 suggested_lr: float | None, rule: str, stopped: str):
+                 suggested_lr: float | None, rule: str, stopped: str,
+                 kind: str | None = None, edge_lr: float | None = None):
         super().__init__(pairs)
         self.smoothed_losses = smoothed
         self.suggested_lr = suggested_lr
         self.rule = rule
+        self.kind = kind
+        self.edge_lr = edge_lr    # the edge of stability the suggestion was read against
         self.stopped = stopped  # why the sweep ended: "end_lr", "diverged" or "nonfinite"
 
     @property
@@ -69,100 +82,6 @@ class LRFinderResult(list):
 
         return plot_lr_curve(self.lrs, self.losses, self.smoothed_losses, self.suggested_lr,
                              path=path)
-
-
-def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
-    """Exponential moving average with bias correction: avg_t / (1 - beta**t)."""
-    avg, out = 0.0, []
-    for t, loss in enumerate(losses, start=1):
-        avg = beta * avg + (1 - beta) * loss
-        out.append(avg / (1 - beta ** t))
-    return out
-
-
-SUGGESTION_RULE = "steepest descent before the edge of stability, capped at a third of the edge"
-
-SUSTAINED_SPIKE = 2
-"""A raw loss back above the plateau marks the edge when this many consecutive steps are: one
-batch above it can be batch-to-batch scatter (recurrent networks show it at rates that train
-well), two in a row is a rate that undid the fall..."""
-
-SPIKE_SCATTER = 10.0
-"""...or when one step alone overshoots the plateau by more than this many times (an order of
-magnitude) the raw loss's scatter about its local trend during the fall (the median absolute
-second difference, which a steady fall leaves at ~0): a jump no batch scatter explains. On
-the benchmark's sweeps the single spikes of healthy recurrent networks reach 4x at most."""
-
-FALL_BAND = 0.1
-"""The fall into the minimum starts where the smoothed loss last leaves the plateau's band of
-this share of the drop: on a noisy sweep the smoothed loss dips below the band by chance long
-before the real fall, and a rule reading the first dip measures noise."""
-
-
-def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
-               raw: list[float] | None = None) -> float | None:
-    """The suggestion rule, on the smoothed loss after the first `skip_start` points:
-
-    1. plateau = median of the next 10 smoothed losses; drop = plateau - minimum;
-    2. the fall = from where the smoothed loss last leaves the plateau's band (FALL_BAND of
-       the drop) before the minimum, to the minimum;
-    3. edge of stability = the first of: the minimum of the smoothed loss, or the first step,
-       once half the drop is done within the fall, whose raw loss (`raw`; the smoothed one
-       when not given) is back above the plateau for SUSTAINED_SPIKE steps in a row, or
-       once by more than SPIKE_SCATTER times the fall's batch scatter: the rate undid
-       the whole fall, so it is past the edge even if the loss recovers later (Adam often
-       does, and then keeps "improving");
-    4. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
-       over the fall up to the edge;
-    5. suggestion = min(steepest, edge / 3).
-
-    Why: torch-lr-finder's steepest point alone lands above the rates that train best when
-    the sweep runs into the edge of stability and comes back (Adam), and the edge itself is
-    too close to divergence to train at; a third of it is the margin the minimum-based rules
-    (fastai's lr_min = minimum / 10 is a wider one) keep. Steps 2 and 3 read the fall, not
-    the noise: recurrent networks (a single batch spiking above the plateau mid-fall) and
-    regressions with noisy batch losses (the smoothed loss dipping early by chance) put the
-    earlier version (first dip, any single spike) 5-5000x below the best rate. Checked
-    against grid searches of trainings of 50, 200 and 1000 steps on 20 tasks (MLP, CNN, GRU,
-    LSTM, regression; SGD, momentum, Adam: `benchmarks/bench_lr_finder.py --set all`).
-    Returns None when the loss never went down.
-    """
-    n = len(lrs)
-    if len(smoothed) != n or (raw is not None and len(raw) != n):
-        raise ValueError(f"lrs, smoothed and raw must have the same length, got {n}, "
-                         f"{len(smoothed)} and {None if raw is None else len(raw)}")
-    if n < skip_start + 3:
-        return None
-    loss = np.asarray(smoothed, dtype=float)
-    spikes = loss if raw is None else np.asarray(raw, dtype=float)
-    log_lr = np.log10(np.asarray(lrs, dtype=float))
-    i_min = int(np.argmin(loss))
-    if i_min <= skip_start:
-        return None
-    plateau = float(np.median(loss[skip_start:min(skip_start + 10, i_min)]))
-    drop = plateau - loss[i_min]
-    if drop <= 0:
-        return None
-    in_band = np.nonzero(loss[skip_start:i_min + 1] > plateau - FALL_BAND * drop)[0]
-    start = skip_start + int(in_band[-1]) + 1 if len(in_band) else skip_start
-    half = start + int(np.nonzero(loss[start:i_min + 1] <= plateau - 0.5 * drop)[0][0])
-    edge = next((i for i in range(half, i_min) if _past_edge(spikes, i, start, plateau)), i_min)
-    lo = max(start - 1, 0)
-    hi = max(edge, lo + 2)
-    slope = np.gradient(loss[lo:hi + 1], log_lr[lo:hi + 1])
-    steepest = lrs[lo + int(np.argmin(slope))]
-    return float(min(steepest, lrs[edge] / 3))
-
-
-def _past_edge(raw: np.ndarray, i: int, start: int, plateau: float) -> bool:
-    """Is step `i` past the edge of stability: its raw loss back above the plateau for
-    SUSTAINED_SPIKE steps, or once by more than the fall's batch scatter can explain?"""
-    if raw[i] <= plateau:
-        return False
-    if i + SUSTAINED_SPIKE <= len(raw) and bool(np.all(raw[i:i + SUSTAINED_SPIKE] > plateau)):
-        return True
-    scatter = np.abs(np.diff(raw[max(start - 1, 0):i], 2))
-    return len(scatter) > 0 and raw[i] - plateau > SPIKE_SCATTER * float(np.median(scatter))
 
 
 def _batches(x_data: Any, y_data: torch.Tensor | None,
@@ -249,11 +168,17 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
     params = [p for p in model.parameters() if p.requires_grad]
     with preserved(model, user_optimizer):
         opt = _make_optimizer(optimizer, params, start_lr)
+        plain_sgd = type(opt) is torch.optim.SGD and not any(
+            g.get("momentum", 0) for g in opt.param_groups)
         lrs, losses, stopped = _sweep(model, opt, _batches(x_data, y_data, batch_size),
                                       criterion, start_lr, end_lr, steps, beta, diverge_factor)
     smoothed = smooth(losses, beta)
-    suggested = suggest_lr(lrs, smoothed, skip_start, raw=losses)
-    result = LRFinderResult(zip(lrs, losses), smoothed, suggested, SUGGESTION_RULE, stopped)
+    choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
+                       classification=criterion_kind(criterion) in CLASSIFICATION,
+                       attention=any(isinstance(m, nn.MultiheadAttention)
+                                     for m in model.modules()))
+    result = LRFinderResult(zip(lrs, losses), smoothed, choice.lr, choice.reason, stopped,
+                            kind=choice.kind, edge_lr=choice.edge)
     if verbose:
         _print(result, start_lr)
     return result
@@ -301,6 +226,10 @@ def _print(result: LRFinderResult, start_lr: float) -> None:
     i = int(np.argmin(result.smoothed_losses))
     print(f"  Minimum smoothed loss {result.smoothed_losses[i]:.4f} at lr={result.lrs[i]:.2e}")
     if result.suggested_lr is None:
-        print("  No suggestion: too few points after the first ones")
+        print(f"  No suggestion: {result.rule}")
     else:
-        print(f"  Suggested learning rate: {result.suggested_lr:.2e} ({result.rule})")
+        print(f"  Suggested learning rate: {result.suggested_lr:.2e}")
+        print(f"  Rule, {textwrap.fill(result.rule, 86, subsequent_indent='    ')}")
+
+
+__all__ = ["LRFinderResult", "choose_lr", "find_learning_rate", "smooth", "suggest_lr"]

@@ -225,7 +225,8 @@ class BatchInspector:
         return self._target_batches
 
     # -- on the hot path: targets ------------------------------------------------------------
-    def observe_targets(self, y: Any, *, step: int | None = None) -> None:
+    def observe_targets(self, y: Any, *, step: int | None = None,
+                        evaluation: bool = False) -> None:
         """Note one target batch for the class-order evidence (no host sync; a copy of the
         labels is kept until the next fold, see TARGET_FOLD).
 
@@ -233,9 +234,10 @@ class BatchInspector:
         in {0, 1} and one-hot (N, C) float targets; anything else (regression targets,
         segmentation maps) is counted as 'not classes' and disables the check. Calls made
         with gradients disabled (evaluation passes, whose order does not matter) are
-        ignored.
+        ignored, unless `evaluation`: an inspector of the evaluation passes' targets, kept
+        for their class shares.
         """
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not evaluation:
             return
         if not isinstance(y, torch.Tensor) or y.dim() == 0 or y.numel() == 0 \
                 or y.is_complex() or y.dtype == torch.bool:
@@ -290,6 +292,22 @@ class BatchInspector:
             self._histogram = hist.index_add(0, bins, torch.ones_like(bins, dtype=hist.dtype))
 
     # -- when diagnosing ---------------------------------------------------------------------
+    def class_shares(self) -> list[float] | None:
+        """Each class's share of the training targets seen (index = class label), or None
+        when none were seen or they were not all class labels in [0, MAX_CLASSES): the
+        training prior, whose entropy is the loss of a classifier that learned nothing but
+        it. One transfer."""
+        if self._pending:
+            self._fold_targets()
+        if self._target_batches == 0 or self._histogram is None:
+            return None
+        host = to_host({"targets": self._targets.packed(), "histogram": self._histogram})
+        hist = host["histogram"]
+        if self._targets.unpack(host["targets"])["not_classes"] > 0 or hist[MAX_CLASSES] > 0:
+            return None
+        total = sum(hist[:MAX_CLASSES])
+        return [c / total for c in hist[:MAX_CLASSES]] if total > 0 else None
+
     def findings(self, step: int | None = None) -> list[Finding]:
         """The data bugs seen so far (an empty list when the batches looked right)."""
         if self._pending:

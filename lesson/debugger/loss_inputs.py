@@ -99,6 +99,19 @@ MIN_UNREACHABLE_SHARE = 0.1
 """OUTPUT_RANGE_MISMATCH fires when at least this share of the targets lies outside the range
 the output never left (a few outliers below 0 do not make a ReLU output wrong)."""
 
+MATRIX_PRODUCTS = frozenset({"AddmmBackward0", "MmBackward0", "BmmBackward0",
+                             "BaddbmmBackward0", "LinearBackward0", "ConvolutionBackward0"})
+"""Autograd nodes of a Linear or convolution layer: an output made by one (through reshapes
+only, RESHAPES) is raw scores, whatever range its values fall in..."""
+RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+                      "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
+                      "UnsqueezeBackward0", "TransposeBackward0", "PermuteBackward0",
+                      "SelectBackward0", "SliceBackward0", "CloneBackward0",
+                      "ExpandBackward0", "ToCopyBackward0"})
+"""...(nodes that move or copy values without changing them). A GAN's discriminator near
+equilibrium gives logits that stay inside [0, 1] batch after batch: values alone called them
+sigmoid outputs (DOUBLE_SOFTMAX on BCEWithLogitsLoss)."""
+
 
 def criterion_kind(criterion: Any) -> str:
     """What the criterion expects as prediction: one of the kind constants of this module.
@@ -186,6 +199,7 @@ class _KindState:
     shape_mismatch: dict[str, Any] | None = None
     shape_mismatch_count: int = 0
     classes: int = 0              # the class dimension's size (classification kinds)
+    matrix_product_batches: int = 0   # outputs straight from a Linear/conv (raw scores)
     stats: RunningStats = field(default_factory=lambda: RunningStats(_SUMS, _MINS, _MAXS))
 
 
@@ -242,6 +256,7 @@ class LossInputInspector:
             state.classes = output.shape[1]
         elif kind in (BINARY_LOGITS, BINARY_PROBS):
             state.classes = 2
+        state.matrix_product_batches += made_by_matrix_product(output)
 
         out = output.detach().float()
         device = out.device
@@ -318,6 +333,22 @@ class LossInputInspector:
         return out
 
 
+def made_by_matrix_product(output: torch.Tensor) -> bool:
+    """Did `output` come straight out of a Linear or convolution layer (through reshapes
+    only)? Read from its autograd graph: host metadata, no sync; False without a graph."""
+    fn = output.grad_fn
+    for _ in range(8):
+        if fn is None:
+            return False
+        name = type(fn).__name__
+        if name in MATRIX_PRODUCTS:
+            return True
+        if name not in RESHAPES or not fn.next_functions:
+            return False
+        fn = fn.next_functions[0][0]
+    return False
+
+
 def _plain(value: Any) -> Any:
     """Evidence must be JSON-ready: a statistic never measured (inf/NaN) becomes None."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -384,8 +415,9 @@ def _judge(kind: str, state: _KindState, v: dict[str, float], step: int | None,
             step=step))
 
     in01 = _share(v["in01"], state.batches)
+    raw_scores = _share(state.matrix_product_batches, state.batches) >= MIN_SHARE_OF_BATCHES
     if kind == BINARY_LOGITS and not wrong_dim and state.batches >= MIN_BATCHES_BINARY \
-            and in01 >= MIN_SHARE_OF_BATCHES:
+            and in01 >= MIN_SHARE_OF_BATCHES and not raw_scores:
         found.append(Finding(
             "DOUBLE_SOFTMAX",
             f"{crit} expects raw logits but every value it got lies in "

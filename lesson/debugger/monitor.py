@@ -219,6 +219,9 @@ class NetworkDebugger(Engine):
         #: seen on statistics steps only: their class order is judged only when the watched
         #: criterion is never called (see _observe_loss_inputs)
         self._functional_targets = BatchInspector()
+        #: the watched criterion's targets in passes without gradients (validation): their
+        #: class shares give the validation loss's chance level (see chance_loss)
+        self._eval_targets = BatchInspector()
         self.criterion: Callable[..., Any] | None = criterion
         #: tokens, targets, padding, attention and the one-time probes of sequence models
         self.sequences = SequenceWatch(model, self._error)
@@ -653,9 +656,12 @@ class NetworkDebugger(Engine):
         self._last_loss_seen = seen
         try:
             inspector = self._functional_targets if functional else self.batch_inspector
+            evaluating = not functional and not torch.is_grad_enabled()
+            if evaluating and inspector is not None:
+                inspector = self._eval_targets
             with outside(self._functional):
                 if inspector is not None and isinstance(target, torch.Tensor):
-                    inspector.observe_targets(target, step=self._step)
+                    inspector.observe_targets(target, step=self._step, evaluation=evaluating)
                 if self.loss_inspector is not None and self._collecting() \
                         and self._full(self._step):
                     self.loss_inspector.observe(output, target, criterion, step=self._step)
@@ -939,8 +945,32 @@ class NetworkDebugger(Engine):
             eval_mode_training=self.eval_mode_training, train_mode_eval=self.train_mode_eval,
             accumulating_steps=self._accumulating_steps, cleared_steps=list(self._cleared_steps),
             moved_without_grad=dict(self._moved_without_grad),
-            stochastic_eval=self._eval_probe.evidence,
+            stochastic_eval=self._eval_probe.evidence, chance_loss=self.chance_loss(),
+            val_chance_loss=self.chance_loss(validation=True),
             transformer=self.sequences.transformer_like, post_ln=self.sequences.post_ln)
+
+    def chance_loss(self, validation: bool = False) -> float | None:
+        """The loss of a classifier that learned nothing about its inputs: the entropy of the
+        training targets' class shares (the loss of predicting the prior), or ln C when those
+        are unknown or the criterion weighs classes or smooths labels (the uniform guess's
+        loss, which they leave at ln C); None when no classification loss was seen
+        (regression, or a loss the debugger does not know). `validation`: the same from the
+        targets the criterion saw in passes without gradients, None when it saw none."""
+        uniform = self.loss_inspector.chance_loss() if self.loss_inspector is not None else None
+        if uniform is None or self.batch_inspector is None:
+            return None if validation else uniform
+        crit = self.criterion
+        plain = not getattr(crit, "label_smoothing", 0.0) and all(
+            getattr(crit, name, None) is None for name in ("weight", "pos_weight"))
+        if validation:
+            stream = self._eval_targets
+        else:
+            stream = self.batch_inspector if self.batch_inspector.target_batches \
+                else self._functional_targets
+        shares = stream.class_shares() if plain else None
+        if shares is None or sum(p > 0 for p in shares) > round(math.exp(uniform)):
+            return None if validation else uniform
+        return -sum(p * math.log(p) for p in shares if p > 0)
 
     def diagnose(self) -> list[Finding]:
         """What is wrong, causes first (a finding that explains others comes before them and

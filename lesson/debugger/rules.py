@@ -167,7 +167,33 @@ class Thresholds:
     validation margin's 20%): the model fits its training
     labels and learns nothing that carries to new inputs.
     Real labels, even noisy or overfitted ones, bring the validation loss well below chance
-    at some point; labels misaligned with their inputs never do."""
+    at some point; labels misaligned with their inputs never do.
+    (This is the rule when the chance level is unknown: regression, a loss the debugger does
+    not know. A classifier's is judged against its chance level, below.)"""
+    no_signal_chance_margin: float = 0.1
+    """LABELS_SHUFFLED for a classifier: every recorded validation loss at or above the
+    chance-level loss less this share. The chance level is the entropy of the validation
+    targets' class shares (the loss of predicting them, which nothing learned beats), or of
+    the training targets' when the evaluation passes' targets were not seen, or ln C when
+    neither is known. A model that learned nothing comes within a few percent of it (a
+    9:1 split's entropy moves by ~10% with a 500-sample validation split's share of the
+    minority class), while real labels, even 60% noisy ones over 10 classes, bring the
+    validation loss 19% below it..."""
+    no_signal_chance_fit: float = 0.8
+    """...while at one validation point at least the training loss (the mean of the last
+    `no_signal_window` before it) had fallen to this share of the chance level: the model
+    fits its training labels, beyond their prior, and it carries nothing to new inputs (with
+    real labels the validation loss follows the training loss below chance before any gap
+    opens; a model still near chance, slow or early, is not judged). Needs no validation
+    loss before training: the chance level is known without one..."""
+    no_signal_window: int = 10
+    """...(this many training losses before a validation point give the training loss
+    there)..."""
+    no_signal_follow: float = 0.25
+    """...unless, once the training loss is below chance, the validation loss still falls by
+    this share of its value: a validation loss in other units than the training loss (summed
+    over batches or samples instead of averaged) falls with real labels wherever it lies,
+    while without signal it stays flat or rises as the model memorises."""
     warmup_window: int = 200
     """WARMUP_MISSING looks at the first this many losses (or the first quarter of the run if
     longer): the steps a warm-up would have covered."""
@@ -213,6 +239,11 @@ class Evidence:
     #: its nn.Transformer*Layers normalise after the residual (True), before it (False), or
     #: there are none to tell (None: hand-written blocks)
     post_ln: bool | None = None
+    #: a classifier's chance-level loss (the training prior's entropy, or ln C); None when
+    #: the run is not classification or its criterion is unknown
+    chance_loss: float | None = None
+    #: the same for the validation targets (their class shares' entropy), when seen
+    val_chance_loss: float | None = None
 
 
 def _finite(v: Any) -> bool:
@@ -802,6 +833,8 @@ def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
 
 
 def rule_labels_without_signal(ev: Evidence, th: Thresholds) -> list[Finding]:
+    if ev.chance_loss is not None:
+        return _no_signal_against_chance(ev, th)
     vals, losses = ev.val_losses, ev.losses
     if len(vals) < th.no_signal_min_val or len(losses) < max(th.min_losses, 4 * th.no_signal_start) \
             or not all(math.isfinite(v) for v in vals + losses):
@@ -820,9 +853,47 @@ def rule_labels_without_signal(ev: Evidence, th: Thresholds) -> list[Finding]:
                     evidence={"untrained_loss": _sig(untrained), "train_loss_last": _sig(last_q),
                               "best_val_loss": _sig(min(vals)), "first_val_loss": _sig(vals[0]),
                               "val_points": len(vals)},
-                    advice="Check that inputs and labels are indexed and shuffled together (one "
-                           "permutation for both) and that every split maps class names to the "
-                           "same indices; confirm with check_labels_carry_signal(...).")]
+                    advice=_NO_SIGNAL_ADVICE)]
+
+
+def _no_signal_against_chance(ev: Evidence, th: Thresholds) -> list[Finding]:
+    """LABELS_SHUFFLED for a classifier: its training loss fell well below the chance level
+    while no validation loss, however often and from whenever recorded, came below it (see
+    the no_signal_chance_* thresholds)."""
+    chance, vals, losses = ev.chance_loss, ev.val_losses, ev.losses
+    val_chance = ev.val_chance_loss if ev.val_chance_loss is not None else chance
+    if not vals or chance is None or min(chance, val_chance) <= 0 \
+            or len(losses) < th.min_losses or len(ev.val_at) != len(vals) \
+            or not all(math.isfinite(v) for v in vals + losses):
+        return []
+    if min(vals) < (1 - th.no_signal_chance_margin) * val_chance:
+        return []
+    train = [_mean(losses[max(0, n - th.no_signal_window):n]) if n > 0 else None
+             for n in ev.val_at]
+    fitted = [k for k, t in enumerate(train) if t is not None and t <= chance]
+    if not fitted or min(train[k] for k in fitted) > th.no_signal_chance_fit * chance:
+        return []
+    first = vals[fitted[0]]
+    if min(vals[fitted[0]:]) < (1 - th.no_signal_follow) * first:
+        return []     # the validation loss follows the training loss: other units, not chance
+    best_fit = min(train[k] for k in fitted)
+    return [Finding("LABELS_SHUFFLED",
+                    f"training loss fell to {best_fit:.3g} while every one of {len(vals)} "
+                    f"validation losses stayed at or above {min(vals):.3g}, the chance level "
+                    f"being {val_chance:.3g} (the loss of predicting the classes' shares): "
+                    "the labels carry no signal the model can carry to new inputs (misaligned "
+                    "or shuffled labels, or validation labels indexed differently from "
+                    "training ones)",
+                    evidence={"chance_loss": _sig(chance), "val_chance_loss": _sig(val_chance),
+                              "train_loss_fitted": _sig(best_fit),
+                              "best_val_loss": _sig(min(vals)), "first_val_loss": _sig(vals[0]),
+                              "val_points": len(vals)},
+                    advice=_NO_SIGNAL_ADVICE)]
+
+
+_NO_SIGNAL_ADVICE = ("Check that inputs and labels are indexed and shuffled together (one "
+                     "permutation for both) and that every split maps class names to the same "
+                     "indices; confirm with check_labels_carry_signal(...).")
 
 
 #: codes about what reaches the loss: the layer to blame is the one whose output does

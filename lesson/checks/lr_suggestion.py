@@ -1,0 +1,260 @@
+"""Which learning rate a range test's sweep suggests, by which rule, and why.
+
+Two rules, because no one rule serves both kinds of task (`benchmarks/bench_lr_finder.py --set
+all` measures them against grid searches of trainings of 50 to 2000 steps):
+
+* EDGE, for plain SGD (no momentum) on a classification loss: 0.9 times the edge of
+  stability, where the sweep's loss bottomed out. Without momentum or adaptive steps each
+  step's progress grows with the rate as long as the rate is stable, and a classifier's
+  curvature falls as it grows confident (the softmax saturates), so a rate that survives the
+  first steps stays stable: over hundreds of steps the rate that trains best sits near the
+  edge, even above it. STEEPEST's third of the edge was 3-4x too low for a tanh network, a
+  wide MLP and a CNN trained 500-2000 steps.
+* STEEPEST, for anything else: the rate where the smoothed loss falls fastest, capped at a
+  third of the edge. Adam and momentum make their best progress well below the rate their
+  sweep blows up at; a regression's curvature does not fall as it learns, and SGD's noise
+  sets a floor that rises with the rate: their best rates sit in the steep part of the fall.
+
+The kind could not be read from the curve alone: on the benchmark, classifiers whose sweep fell
+by 1.9 e-folds wanted the edge and regressions that fell by 2.1 the steepest descent; the
+curve gives the edge. `choose_lr` returns the rate, the rule and the reason in words;
+`find_learning_rate` prints them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# -- STEEPEST --------------------------------------------------------------------------------
+SUSTAINED_SPIKE = 2
+"""A raw loss back above the plateau marks the edge of stability when this many consecutive
+steps are: one batch above it can be batch-to-batch scatter (recurrent networks show it at
+rates that train well), two in a row is a rate that undid the fall..."""
+
+SPIKE_SCATTER = 10.0
+"""...or when one step alone overshoots the plateau by more than this many times (an order of
+magnitude) the raw loss's scatter about its local trend during the fall (the median absolute
+second difference, which a steady fall leaves at ~0): a jump no batch scatter explains. On
+the benchmark's sweeps the single spikes of healthy recurrent networks reach 4x at most."""
+
+FALL_BAND = 0.1
+"""The fall into the minimum starts where the loss curve last leaves the plateau's band of
+this share of the drop: on a noisy sweep the curve dips below the band by chance long before
+the real fall, and a rule reading the first dip measures noise."""
+
+STEEPEST_CAP = 3.0
+"""STEEPEST: the suggestion is at most the edge divided by this (the margin the minimum-based
+rules keep: fastai's lr_min = minimum / 10 is a wider one)."""
+
+# -- EDGE ------------------------------------------------------------------------------------
+CURVE_WINDOW = 5
+"""EDGE reads the log of the raw loss, its median over this many neighbouring steps, centred.
+The exponential moving average STEEPEST reads lags: during a steep fall its minimum comes up
+to ~3x in learning rate after the raw loss's (it remembers ~6 steps, half a decade at 12.5
+steps a decade), and a lone batch spike moves a median not at all."""
+
+VERTEX_SPAN = 3
+"""The edge is the bottom of a parabola through this many points of the curve either side of
+its low (in log lr): the sweep's steps are 20% apart, and the low point alone moved the edge by
+that much between two initialisations of one network."""
+
+EDGE_RISE = 1 / 3
+"""EDGE needs an edge: past its low the curve climbs back by at least this share of its fall
+(or a raw loss jumps back above the plateau). A loss still falling when the sweep reached
+end_lr shows none, and 0.9 x end_lr would be a guess."""
+
+EDGE_SHARE = 0.9
+"""EDGE: the suggestion is this share of the edge. On the benchmark's tuning tasks of that
+kind (plain SGD on a classification loss, 50-2000 steps; MLP, CNN, tanh networks; two
+initialisations each) the grid's best rate lies between 0.41 and 2.1 times the edge: 0.9
+is within 3x of all of them with a margin of 1.3x either side..."""
+
+ATTENTION_SHARE = 0.4
+"""...except in a network with attention layers, whose stable rate falls as training goes on
+(attention logits grow: Wortsman et al., 2023, "Small-scale proxies for large-scale
+Transformer training instabilities"), later than a 100-step sweep sees: a transformer trained
+with plain SGD diverged after 300 of its 1000 steps at 0.7 x the sweep's edge; 0.4 x the
+edge trained it well on both initialisations measured."""
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A suggested rate (None: the loss never went down), the rule that chose it ("edge" or
+    "steepest"), why, in words, and the edge of stability it was read against."""
+
+    lr: float | None
+    kind: str | None
+    reason: str
+    edge: float | None = None
+
+
+def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
+    """Exponential moving average with bias correction: avg_t / (1 - beta**t)."""
+    avg, out = 0.0, []
+    for t, loss in enumerate(losses, start=1):
+        avg = beta * avg + (1 - beta) * loss
+        out.append(avg / (1 - beta ** t))
+    return out
+
+
+def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
+               raw: list[float] | None = None, *, plain_sgd: bool = False,
+               classification: bool = False, attention: bool = False) -> float | None:
+    """The suggested learning rate of a sweep (see `choose_lr`). None when the loss never
+    went down."""
+    return choose_lr(lrs, smoothed, skip_start, raw, plain_sgd=plain_sgd,
+                     classification=classification, attention=attention).lr
+
+
+def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
+              raw: list[float] | None = None, *, plain_sgd: bool = False,
+              classification: bool = False, attention: bool = False) -> Suggestion:
+    """Which rule the sweep calls for, and its suggestion. `smoothed` is the smoothed loss,
+    `raw` the raw one (the smoothed one when not given); what the sweep ran: `plain_sgd` (SGD
+    without momentum), `classification` (a classification loss: cross-entropy, NLL, BCE),
+    `attention` (a network with attention layers). The rules are the module's."""
+    n = len(lrs)
+    if len(smoothed) != n or (raw is not None and len(raw) != n):
+        raise ValueError(f"lrs, smoothed and raw must have the same length, got {n}, "
+                         f"{len(smoothed)} and {None if raw is None else len(raw)}")
+    if n < skip_start + 3:
+        return Suggestion(None, None, "too few points after the first ones")
+    raw = smoothed if raw is None else raw
+    if not plain_sgd:
+        why_not = "the sweep ran Adam or SGD with momentum, whose best rates sit well below " \
+                  "the edge their sweep shows"
+    elif not classification:
+        why_not = "plain SGD on a loss that is not a classifier's (a regression's curvature " \
+                  "does not fall as it learns)"
+    else:
+        edge = edge_rule(lrs, raw, skip_start, attention)
+        if edge.lr is not None:
+            return edge
+        why_not = edge.reason
+    lr, edge_lr = steepest_rule(lrs, smoothed, skip_start, raw)
+    if lr is None:
+        return Suggestion(None, None, "the loss never went down")
+    return Suggestion(lr, "steepest", f"steepest: {why_not}; the steepest descent of the "
+                      f"smoothed loss, at most the edge of stability ({edge_lr:.2g}) / "
+                      f"{STEEPEST_CAP:g}", edge_lr)
+
+
+def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
+                  raw: list[float]) -> tuple[float | None, float | None]:
+    """STEEPEST: (suggestion, edge), on the smoothed loss after the first `skip_start` points.
+
+    1. plateau = median of the next 10 smoothed losses; drop = plateau - minimum;
+    2. the fall = from where the smoothed loss last leaves the plateau's band (FALL_BAND of
+       the drop) before the minimum, to the minimum;
+    3. edge of stability = the first of: the minimum of the smoothed loss, or the first step,
+       once half the drop is done within the fall, whose raw loss is back above the plateau
+       for SUSTAINED_SPIKE steps in a row, or once by more than SPIKE_SCATTER times the fall's
+       batch scatter: the rate undid the whole fall, so it is past the edge even if the loss
+       recovers later (Adam often does, and then keeps "improving");
+    4. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
+       over the fall up to the edge;
+    5. suggestion = min(steepest, edge / STEEPEST_CAP).
+
+    Steps 2 and 3 read the fall, not the noise: recurrent networks (a single batch spiking
+    above the plateau mid-fall) and regressions with noisy batch losses (the smoothed loss
+    dipping early by chance) put a version reading the first dip and any single spike 5-5000x
+    below the best rate. (None, None) when the loss never went down.
+    """
+    loss = np.asarray(smoothed, dtype=float)
+    spikes = np.asarray(raw, dtype=float)
+    log_lr = np.log10(np.asarray(lrs, dtype=float))
+    i_min = int(np.argmin(loss))
+    if i_min <= skip_start:
+        return None, None
+    plateau = float(np.median(loss[skip_start:min(skip_start + 10, i_min)]))
+    drop = plateau - loss[i_min]
+    if drop <= 0:
+        return None, None
+    start = _fall_start(loss, skip_start, i_min, plateau, drop)
+    half = start + int(np.nonzero(loss[start:i_min + 1] <= plateau - 0.5 * drop)[0][0])
+    edge = next((i for i in range(half, i_min) if _past_edge(spikes, i, start, plateau)), i_min)
+    lo = max(start - 1, 0)
+    hi = max(edge, lo + 2)
+    slope = np.gradient(loss[lo:hi + 1], log_lr[lo:hi + 1])
+    steepest = lrs[lo + int(np.argmin(slope))]
+    return float(min(steepest, lrs[edge] / STEEPEST_CAP)), float(lrs[edge])
+
+
+def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
+              attention: bool = False) -> Suggestion:
+    """EDGE, for plain SGD on a classification loss: EDGE_SHARE (ATTENTION_SHARE with
+    attention layers) x the edge of stability; Suggestion(None, ...) and the reason when the
+    sweep shows no edge to read.
+
+    The curve is the centred median of the log raw loss (CURVE_WINDOW), so its low is where
+    the loss really bottomed out, not where a lagging average did. The edge is that low, or
+    earlier the first step past half the fall whose raw loss is back above the plateau (as in
+    STEEPEST), refined to the bottom of a parabola through the low's neighbours
+    (VERTEX_SPAN)."""
+    losses = np.asarray(raw, dtype=float)
+    if not np.all(losses > 0):
+        return Suggestion(None, None, "the loss reached 0 or below, which has no log scale")
+    curve = _centred_median(np.log(losses), CURVE_WINDOW)
+    log_lr = np.log10(np.asarray(lrs, dtype=float))
+    i_min = skip_start + int(np.argmin(curve[skip_start:]))
+    if i_min <= skip_start:
+        return Suggestion(None, None, "the loss never went down")
+    plateau = float(np.median(curve[skip_start:min(skip_start + 10, i_min)]))
+    drop = plateau - float(curve[i_min])
+    if drop <= 0:
+        return Suggestion(None, None, "the loss never went down")
+    start = _fall_start(curve, skip_start, i_min, plateau, drop)
+    level, plateau_loss = np.exp(curve), math.exp(plateau)
+    halfway = plateau_loss - 0.5 * (plateau_loss - level[i_min])
+    half = start + int(np.nonzero(level[start:i_min + 1] <= halfway)[0][0])
+    spike = next((i for i in range(half, i_min) if _past_edge(losses, i, start, plateau_loss)),
+                 None)
+    if spike is None and float(np.max(curve[i_min:])) - curve[i_min] < EDGE_RISE * drop:
+        return Suggestion(None, None, "the loss was still falling at the end of the sweep, "
+                          "so there is no edge of stability to read (a higher end_lr shows it)")
+    edge_lr = float(lrs[spike]) if spike is not None else _vertex(curve, log_lr, i_min)
+    share = ATTENTION_SHARE if attention else EDGE_SHARE
+    why = ("the network holds attention layers, whose stable rate falls later in training "
+           "than a sweep sees" if attention else "its curvature falls as it grows confident, "
+           "so the rate that trains best sits close to the edge")
+    return Suggestion(share * edge_lr, "edge",
+                      f"edge: plain SGD on a classification loss, which fell to "
+                      f"{math.exp(-drop):.0%} of its plateau before the edge of stability "
+                      f"({edge_lr:.2g}) stopped it; {why}: {share:g} x the edge", edge_lr)
+
+
+def _fall_start(curve: np.ndarray, skip_start: int, i_min: int, plateau: float,
+                drop: float) -> int:
+    """Where the curve last leaves the plateau's band (FALL_BAND of the drop) before its
+    minimum."""
+    in_band = np.nonzero(curve[skip_start:i_min + 1] > plateau - FALL_BAND * drop)[0]
+    return min(skip_start + int(in_band[-1]) + 1 if len(in_band) else skip_start, i_min)
+
+
+def _centred_median(values: np.ndarray, window: int) -> np.ndarray:
+    """Each value's median with its neighbours, `window` in all (fewer at the ends)."""
+    half = window // 2
+    return np.array([np.median(values[max(i - half, 0):i + half + 1])
+                     for i in range(len(values))])
+
+
+def _vertex(curve: np.ndarray, log_lr: np.ndarray, i: int) -> float:
+    """The rate at the bottom of a parabola through the curve's VERTEX_SPAN points either side
+    of its low `i` (in log lr), kept within them."""
+    lo, hi = max(i - VERTEX_SPAN, 0), min(i + VERTEX_SPAN + 1, len(curve))
+    a, b, _ = np.polyfit(log_lr[lo:hi], curve[lo:hi], 2)
+    x = -b / (2 * a) if a > 0 else log_lr[i]
+    return float(10 ** min(max(x, log_lr[lo]), log_lr[hi - 1]))
+
+
+def _past_edge(raw: np.ndarray, i: int, start: int, plateau: float) -> bool:
+    """Is step `i` past the edge of stability: its raw loss back above the plateau for
+    SUSTAINED_SPIKE steps, or once by more than the fall's batch scatter can explain?"""
+    if raw[i] <= plateau:
+        return False
+    if i + SUSTAINED_SPIKE <= len(raw) and bool(np.all(raw[i:i + SUSTAINED_SPIKE] > plateau)):
+        return True
+    scatter = np.abs(np.diff(raw[max(start - 1, 0):i], 2))
+    return len(scatter) > 0 and raw[i] - plateau > SPIKE_SCATTER * float(np.median(scatter))
