@@ -118,3 +118,11 @@ def next_token_split(seed: int, length: int, n_train: int = 512, n_val: int = 25
 def flat_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(B, T, V) logits against (B, T) targets, flattened as nanoGPT's loss is."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+@dataclass
+class CausalLMOutput:
+    """What a Hugging Face causal LM returns: the loss when given labels, and the logits."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor

@@ -12,14 +12,12 @@ inside the model.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from .harness import Fault, Script, Split
-from .language import VOCAB, below_floor, language, texts
+from .language import VOCAB, CausalLMOutput, below_floor, flat_cross_entropy, language, texts
 
 LENGTH = 24
 
@@ -76,12 +74,6 @@ def causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
     return bidirectional_mask(attention_mask, dtype).masked_fill(future, torch.finfo(dtype).min)
 
 
-@dataclass
-class Output:
-    loss: torch.Tensor | None
-    logits: torch.Tensor
-
-
 class RoFormerForCausalLM(nn.Module):
     def __init__(self, bug: bool, vocab: int, d: int = 32, heads: int = 4, layers: int = 2) -> None:
         super().__init__()
@@ -91,7 +83,7 @@ class RoFormerForCausalLM(nn.Module):
         self.head = nn.Linear(d, vocab)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> Output:
+                labels: torch.Tensor | None = None) -> CausalLMOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         h = self.embed(input_ids)
@@ -106,7 +98,7 @@ class RoFormerForCausalLM(nn.Module):
         if labels is not None:                  # labels = input_ids: shifted here
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                    labels[:, 1:].reshape(-1))
-        return Output(loss, logits)
+        return CausalLMOutput(loss, logits)
 
 
 def step(s: Script, loss_fn, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -130,7 +122,7 @@ def build(bug: bool, seed: int) -> Script:
     g = torch.Generator().manual_seed(seed)
     train, val = (texts(lang, n, LENGTH, g).tokens for n in (512, 256))
     model = RoFormerForCausalLM(bug, VOCAB + 1)
-    return Script(model, Split(train, train, val, val), F.cross_entropy,
+    return Script(model, Split(train, train, val, val), flat_cross_entropy,
                   torch.optim.AdamW(model.parameters(), lr=2e-3), steps=200, batch=32,
                   step=step, evaluate=evaluate, eval_every=40,
                   predict=lambda x: model(input_ids=x).logits)
