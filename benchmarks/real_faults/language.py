@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from broken_models.datasets import rows_in
+
 from .harness import Result, Split
 
 VOCAB = 12
@@ -99,6 +101,16 @@ def texts(lang: Language, n: int, length: int, g: torch.Generator,
     return Texts(tokens, lengths, pad)
 
 
+def train_val(seed: int, length: int, shortest: int | None = None, pad: int | None = None,
+              n_train: int = 512, n_val: int = 256) -> tuple[Language, torch.Tensor, torch.Tensor]:
+    """The language of `seed`, and training and validation texts (see `texts`) that share no
+    row: a short text drawn twice would be a duplicate across the splits."""
+    lang, g = language(seed), torch.Generator().manual_seed(seed)
+    train = texts(lang, n_train, length, g, shortest, pad).tokens
+    val = texts(lang, 2 * n_val, length, g, shortest, pad).tokens
+    return lang, train, val[~rows_in(val, train)][:n_val]
+
+
 def below_floor(r: Result, floor: float, margin: float = 0.15) -> bool:
     """Some recorded validation loss fell under the language's floor by more than `margin`
     nats: the model reads the tokens it is asked to predict."""
@@ -109,8 +121,7 @@ def next_token_split(seed: int, length: int, n_train: int = 512, n_val: int = 25
                      ) -> tuple[Split, float]:
     """Texts of `length` tokens laid out as nanoGPT does: inputs `text[:, :-1]`, targets
     `text[:, 1:]`; and the floor of the validation loss."""
-    lang, g = language(seed), torch.Generator().manual_seed(seed)
-    train, val = (texts(lang, n, length, g).tokens for n in (n_train, n_val))
+    lang, train, val = train_val(seed, length, n_train=n_train, n_val=n_val)
     return (Split(train[:, :-1], train[:, 1:], val[:, :-1], val[:, 1:]),
             lang.floor(torch.arange(1, length)))
 

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .harness import Fault, Script, Split
-from .language import VOCAB, CausalLMOutput, below_floor, flat_cross_entropy, language, texts
+from .language import VOCAB, CausalLMOutput, below_floor, flat_cross_entropy, language, train_val
 
 LENGTH = 24
 
@@ -118,9 +118,7 @@ def evaluate(s: Script, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def build(bug: bool, seed: int) -> Script:
-    lang = language(seed)
-    g = torch.Generator().manual_seed(seed)
-    train, val = (texts(lang, n, LENGTH, g).tokens for n in (512, 256))
+    _, train, val = train_val(seed, LENGTH)
     model = RoFormerForCausalLM(bug, VOCAB + 1)
     return Script(model, Split(train, train, val, val), flat_cross_entropy,
                   torch.optim.AdamW(model.parameters(), lr=2e-3), steps=200, batch=32,

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .harness import Fault, Result, Script, Split
-from .language import VOCAB, flat_cross_entropy, language, texts
+from .language import VOCAB, flat_cross_entropy, language, train_val
 
 LENGTH = 24
 
@@ -63,8 +63,7 @@ def evaluate(s: Script, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def build(bug: bool, seed: int) -> Script:
-    lang, g = language(seed), torch.Generator().manual_seed(seed)
-    train, val = (texts(lang, n, LENGTH, g).tokens for n in (512, 256))
+    _, train, val = train_val(seed, LENGTH)
     model = LSTMLanguageModel()
     return Script(model, Split(train, labels_for(train, bug), val, labels_for(val, bug)),
                   flat_cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), steps=200,

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .harness import Fault, Result, Script, Split
-from .language import VOCAB, flat_cross_entropy, language, texts
+from .language import VOCAB, flat_cross_entropy, language, train_val
 
 LENGTH = 24
 
@@ -72,8 +72,7 @@ def evaluate(s: Script, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def build(bug: bool, seed: int) -> Script:
-    lang, g = language(seed), torch.Generator().manual_seed(seed)
-    train, val = (texts(lang, n, LENGTH, g).tokens for n in (512, 256))
+    _, train, val = train_val(seed, LENGTH)
     model = GPT2LMHeadModel(bug)
     return Script(model, Split(train, train, val, val), flat_cross_entropy,
                   torch.optim.Adam(model.parameters(), lr=3e-3), steps=200, batch=32,

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .harness import Fault, Result, Script, Split
-from .language import PAD, VOCAB, CausalLMOutput, flat_cross_entropy, language, texts
+from .language import PAD, VOCAB, CausalLMOutput, flat_cross_entropy, train_val
 
 LENGTH, SHORTEST = 24, 6
 
@@ -109,8 +109,7 @@ def evaluate(s: Script, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def build(bug: bool, seed: int) -> Script:
-    lang, g = language(seed), torch.Generator().manual_seed(seed)
-    train, val = (texts(lang, n, LENGTH, g, shortest=SHORTEST, pad=PAD).tokens for n in (512, 256))
+    _, train, val = train_val(seed, LENGTH, SHORTEST, PAD)
     model = LlamaForCausalLM()
     return Script(model, Split(train, labels_for(train, bug), val, labels_for(val, bug)),
                   flat_cross_entropy, torch.optim.AdamW(model.parameters(), lr=3e-3),
