@@ -111,6 +111,20 @@ def train_val(seed: int, length: int, shortest: int | None = None, pad: int | No
     return lang, train, val[~rows_in(val, train)][:n_val]
 
 
+def labelled(seed: int, length: int, shortest: int | None = None, pad: int | None = None,
+             n_train: int = 512, n_val: int = 256) -> Split:
+    """Texts to classify: label 1 when most of a text's tokens are from the lower half of the
+    vocabulary (a count over every real token: a model must read the whole text)."""
+    _, train, val = train_val(seed, length, shortest, pad, n_train, n_val)
+
+    def label(tokens: torch.Tensor) -> torch.Tensor:
+        real = tokens != (pad if pad is not None else -1)
+        low = (tokens <= VOCAB // 2) & real
+        return (2 * low.sum(1) > real.sum(1)).long()
+
+    return Split(train, label(train), val, label(val))
+
+
 def below_floor(r: Result, floor: float, margin: float = 0.15) -> bool:
     """Some recorded validation loss fell under the language's floor by more than `margin`
     nats: the model reads the tokens it is asked to predict."""
