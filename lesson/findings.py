@@ -307,8 +307,9 @@ CODES: dict[str, Code] = {
               "micro-batch's mean by its token count over the step's total.",
               _S.WARNING, "training-loop", "monitor"),
         _code("WARMUP_MISSING", "The loss blows up in the first steps at a peak learning rate "
-              "that trains once warmed up: post-LN transformers are unstable at their full "
-              "learning rate from step 0.",
+              "that trains once warmed up, or the first full-size updates leave the model "
+              "stalled at the entropy of the targets' own frequencies (it ignores its input): "
+              "post-LN transformers are unstable at their full learning rate from step 0.",
               "Ramp the learning rate up over the first steps (torch.optim.lr_scheduler."
               "LinearLR(optimizer, start_factor=0.01, total_iters=warmup_steps), stepped every "
               "batch), or use pre-LN blocks (norm_first=True).",
@@ -420,11 +421,18 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     # over a finite mask value (finfo.min) uniform over every key, the future ones included
     "PADDING_MASK_INVERTED": ("ATTENTION_ON_PADDING", "NAN_OR_INF", "CAUSAL_LEAK"),
     # a saturated softmax passes almost no gradient to the queries and keys below it, and the
-    # run crawls as if its rate were too low
-    "ATTENTION_SATURATED": ("VANISHING_GRADIENT", "LR_TOO_LOW"),
-    # without warm-up the first steps at the peak rate are the steps of a rate too high
+    # run crawls as if its rate were too low; a summary read through one-hot rows copies one
+    # value (its own, the same for every input) and the output stops varying
+    "ATTENTION_SATURATED": ("VANISHING_GRADIENT", "LR_TOO_LOW", "COLLAPSED_ACTIVATIONS"),
+    # without warm-up the first steps at the peak rate are the steps of a rate too high: they
+    # blow the stack up, kill units, and leave a model that outputs the same for every input;
+    # a post-LN stack so broken passes its first layers almost no gradient
     "WARMUP_MISSING": ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS",
-                       "NAN_OR_INF"),
+                       "NAN_OR_INF", "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS",
+                       "VANISHING_GRADIENT"),
+    # out[:, -1] of outputs cut to the batch's longest row reads a position that the batch's
+    # longest row decides: each row's answer depends on the other rows' lengths
+    "PADDED_POSITION_READ": ("BATCH_MIXING",),
 }
 
 

@@ -534,13 +534,13 @@ class TorchDecoderLM(nn.Module):
     mask shifted by one: every position sees the next one)."""
 
     def __init__(self, vocab: int, d: int = 32, heads: int = 4, batch_first: bool = True,
-                 mask: str = "causal") -> None:
+                 mask: str = "causal", norm_first: bool = True, layers: int = 2) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(64, d))
         layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=batch_first,
-                                           norm_first=True)
-        self.body = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+                                           norm_first=norm_first)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(d, vocab)
         self.batch_first, self.mask = batch_first, mask
 
@@ -568,14 +568,19 @@ class LSTMLM(nn.Module):
 
 def train_plain_lm(model: nn.Module, seed: int, *, steps: int = 60, batch_first: bool = True,
                    vocab: int = 12, length: int = 20, batch: int = 16, lr: float = 3e-3,
-                   dropout_eval: bool = False) -> dict:
+                   dropout_eval: bool = False, warmup: int = 0) -> dict:
     """Next-token training of any (x) -> logits model on a Markov language; time-first batches
-    with `batch_first=False`."""
+    with `batch_first=False`; `warmup` steps of a linear warm-up from 1% of `lr`, then a cosine
+    decay."""
     from lesson import NetworkDebugger
 
     torch.manual_seed(seed)
     lang = Markov(vocab, 3, seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [
+        torch.optim.lr_scheduler.LinearLR(opt, 0.01, 1.0, warmup),
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps - warmup)], [warmup]) \
+        if warmup else None
     crit = nn.CrossEntropyLoss()
     losses = []
     with NetworkDebugger(model, opt, crit) as dbg:
@@ -588,8 +593,165 @@ def train_plain_lm(model: nn.Module, seed: int, *, steps: int = 60, batch_first:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             dbg.record_loss(loss.detach())
             losses.append(loss.item())
         findings = dbg.diagnose()
     return {"losses": losses, "floor": lang.floor, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
+
+
+# -- padding the model itself handles: a summary token prepended inside, masks built inside,
+#    packed recurrent batches ----------------------------------------------------------------------
+class SummaryClassifier(nn.Module):
+    """A classifier in BERT's manner: the model prepends a summary token to the ids it is
+    given, builds the padding mask itself from the pad id, and reads the summary position.
+    `attention`: "encoder" (nn.TransformerEncoder, src_key_padding_mask), "mha" (blocks of
+    nn.MultiheadAttention, key_padding_mask) or "sdpa" (F.scaled_dot_product_attention with a
+    boolean attn_mask, True where attention is allowed). `mask`: "padding" (True at the
+    padding, the healthy one), "inverted" (True at the tokens: an HF attention_mask passed
+    where PyTorch's convention is expected) or "none"."""
+
+    def __init__(self, vocab: int, classes: int, pad: int, attention: str = "encoder",
+                 mask: str = "padding", d: int = 32, heads: int = 2, layers: int = 2) -> None:
+        super().__init__()
+        self.pad, self.summary, self.attention, self.mask = pad, vocab, attention, mask
+        self.embed = nn.Embedding(vocab + 1, d)
+        self.position = nn.Embedding(64, d)
+        if attention == "encoder":
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                               norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        elif attention == "mha":
+            self.attn = nn.ModuleList([nn.MultiheadAttention(d, heads, batch_first=True)
+                                       for _ in range(layers)])
+            self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+        else:
+            self.qkv = nn.ModuleList([nn.Linear(d, 3 * d) for _ in range(layers)])
+            self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(layers)])
+            self.heads = heads
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        b, t = tokens.shape
+        tokens = torch.cat([torch.full((b, 1), self.summary, device=tokens.device), tokens], 1)
+        h = self.embed(tokens) + self.position(torch.arange(t + 1, device=tokens.device))
+        padding = {"padding": tokens == self.pad, "inverted": tokens != self.pad,
+                   "none": None}[self.mask]
+        if self.attention == "encoder":
+            h = self.encoder(h, src_key_padding_mask=padding)
+        elif self.attention == "mha":
+            for attn, norm in zip(self.attn, self.norms):
+                x = norm(h)
+                h = h + attn(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+        else:
+            allowed = None if padding is None else ~padding[:, None, None, :]
+            for qkv, norm in zip(self.qkv, self.norms):
+                q, k, v = (z.view(b, t + 1, self.heads, -1).transpose(1, 2)
+                           for z in qkv(norm(h)).chunk(3, -1))
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+                h = h + a.transpose(1, 2).reshape(b, t + 1, -1)
+        return self.head(h[:, 0])
+
+
+def train_summary(seed: int, *, steps: int = 120, pad: int = 0, lr: float = 3e-3,
+                  batch: int = 32, vocab: int = 10, **model_kw) -> dict:
+    """SummaryClassifier on count_task (is token a more frequent than token b?). Also returns
+    how far the evaluation's class probabilities move when the same sequences get 8 more pad
+    tokens (0 for a model that ignores its padding)."""
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    model = SummaryClassifier(vocab, 2, pad, **model_kw)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    crit = nn.CrossEntropyLoss()
+    losses = []
+    with NetworkDebugger(model, opt, crit) as dbg:
+        for step in range(steps):
+            x, y, _ = count_task(seed * 1000 + step, batch, pad, vocab)
+            loss = crit(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            x, y, _ = count_task(10_000 + seed, 256, pad, vocab)
+            probs = model(x).softmax(-1)
+            acc = float((probs.argmax(1) == y).float().mean())
+            longer = F.pad(x, (0, 8), value=pad)
+            moved = float((model(longer).softmax(-1) - probs).abs().max())
+        findings = dbg.diagnose()
+    return {"losses": losses, "accuracy": acc, "padding_moves": moved, "findings": findings,
+            "codes": {f.code for f in findings}, "debugger": dbg}
+
+
+class PackedClassifier(nn.Module):
+    """A GRU or LSTM over a packed batch (it never reads a pad), unpacked with
+    pad_packed_sequence, whose outputs stop at the batch's longest row. `read`: "final" (the
+    final state h_n, each row's own last step: healthy), "own" (out at each row's length - 1:
+    healthy) or "last" (out at the batch's last step: padding, zeros, for the shorter rows).
+    `batch_first=False` takes time-first (T, B) batches."""
+
+    def __init__(self, vocab: int, classes: int, pad: int, read: str = "final",
+                 cell: str = "gru", batch_first: bool = True, d: int = 32) -> None:
+        super().__init__()
+        self.pad, self.read, self.batch_first = pad, read, batch_first
+        self.embed = nn.Embedding(vocab, d)
+        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(d, d, batch_first=batch_first)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        lengths = (tokens != self.pad).sum(1 if self.batch_first else 0)
+        packed = pack_padded_sequence(self.embed(tokens), lengths.cpu(),
+                                      batch_first=self.batch_first, enforce_sorted=False)
+        out, state = self.rnn(packed)
+        if self.read == "final":
+            h = state[0] if isinstance(state, tuple) else state
+            return self.head(h[-1])
+        out, _ = pad_packed_sequence(out, batch_first=self.batch_first)
+        if self.read == "last":
+            return self.head(out[:, -1] if self.batch_first else out[-1])
+        rows = torch.arange(len(lengths), device=tokens.device)
+        return self.head(out[rows, lengths - 1] if self.batch_first else out[lengths - 1, rows])
+
+
+def train_packed(seed: int, *, steps: int = 100, pad: int = 0, lr: float = 1e-2,
+                 batch: int = 32, extra: int = 4, **model_kw) -> dict:
+    """PackedClassifier on tag_task's rows: the class is the tag of the last real token. Every
+    row is padded `extra` ids past the longest one can be (a fixed width, as datasets store
+    them), so the unpacked outputs are shorter than the batch."""
+    from lesson import NetworkDebugger
+
+    torch.manual_seed(seed)
+    model = PackedClassifier(12, 3, pad, **model_kw)
+    time_first = not model.batch_first
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    crit = nn.CrossEntropyLoss()
+    losses = []
+
+    def data(s: int, n: int):
+        x, tags, _, lengths = tag_task(s, n, pad, high=14)
+        x = F.pad(x, (0, extra), value=pad)
+        return (x.t().contiguous() if time_first else x), tags[torch.arange(n), lengths - 1]
+
+    with NetworkDebugger(model, opt, crit) as dbg:
+        for step in range(steps):
+            x, y = data(seed * 1000 + step, batch)
+            loss = crit(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            dbg.record_loss(loss.detach())
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            x, y = data(10_000 + seed, 256)
+            acc = float((model(x).argmax(-1) == y).float().mean())
+        findings = dbg.diagnose()
+    return {"losses": losses, "accuracy": acc, "findings": findings,
             "codes": {f.code for f in findings}, "debugger": dbg}

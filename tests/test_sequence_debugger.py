@@ -74,6 +74,29 @@ def test_healthy_sequence_models_on_seeds_1_to_4(name, seed):
     HEALTHY[name](seed)
 
 
+#: healthy models that handle their padding themselves: a summary token prepended and the
+#: mask built inside (three kinds of attention), packed recurrent batches read two right ways
+HEALTHY_INSIDE = {
+    "summary_encoder": lambda seed: zoo.train_summary(seed, attention="encoder", pad=seed),
+    "summary_mha": lambda seed: zoo.train_summary(seed, attention="mha", pad=9 - seed),
+    "summary_sdpa": lambda seed: zoo.train_summary(seed, attention="sdpa", pad=seed + 2),
+    "packed_gru_final": lambda seed: zoo.train_packed(seed, read="final", pad=seed),
+    "packed_lstm_own_time_first": lambda seed: zoo.train_packed(
+        seed, read="own", cell="lstm", batch_first=False, pad=11 - seed),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", HEALTHY_INSIDE)
+def test_healthy_models_that_handle_their_own_padding(name, seed):
+    run = HEALTHY_INSIDE[name](seed)
+    _clean(run)
+    assert run["accuracy"] >= 0.85               # (the majority class is about 0.65)
+    if "padding_moves" in run:                   # the padding is really ignored
+        assert run["padding_moves"] < 1e-4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("style", ["hf_right", "hf_left", "hf_pad_last", "decoder_time_first",
                                    "lstm", "padded_lm_pad_last", "gru_classifier",
@@ -280,3 +303,93 @@ def test_flattened_logits_still_get_the_probes():
     leaky = zoo.train_plain_lm(_Flat(zoo.TorchDecoderLM(12, mask="none")), 0, steps=20)
     assert _finding(leaky, "CAUSAL_LEAK").layer == "inner.body.layers.0.self_attn"
     _clean(zoo.train_plain_lm(_Flat(zoo.TorchDecoderLM(12)), 0, steps=20))
+
+
+# -- padding the model handles itself: what the attention and the reads see ------------------------
+@pytest.mark.parametrize("attention, pad", [("encoder", 0), ("mha", 7), ("sdpa", 9)])
+def test_an_inverted_mask_built_inside_the_model_is_named(attention, pad):
+    """The model prepends a summary token and builds the mask itself (the batch it is given
+    is one position shorter than the attention's keys): the padding is found in the ids its
+    embedding looks up."""
+    broken = zoo.train_summary(0, attention=attention, pad=pad, mask="inverted")
+    healthy = zoo.train_summary(0, attention=attention, pad=pad)
+    # the symptom: the broken model stays at the majority class, its twin learns the task
+    assert broken["accuracy"] < 0.7 and healthy["accuracy"] >= 0.95
+    f = _finding(broken, "PADDING_MASK_INVERTED")
+    assert f.evidence["real_keys_masked"] == 1.0
+    assert broken["codes"] <= {"PADDING_MASK_INVERTED", "ATTENTION_ON_PADDING", "NAN_OR_INF"}
+    assert broken["findings"][0].code == "PADDING_MASK_INVERTED"
+    _clean(healthy)
+
+
+@pytest.mark.parametrize("attention, pad", [("encoder", 3), ("mha", 0), ("sdpa", 9)])
+def test_no_mask_where_the_model_pads_is_attention_on_padding(attention, pad):
+    broken = zoo.train_summary(0, attention=attention, pad=pad, mask="none")
+    # the symptom: the same sequences with 8 more pad tokens get other probabilities
+    assert broken["padding_moves"] > 1e-2
+    f = _finding(broken, "ATTENTION_ON_PADDING")
+    assert 0.05 < f.evidence["mass_on_padding"] < 0.6 and f.evidence["padded_keys_masked"] == 0
+    assert broken["codes"] == {"ATTENTION_ON_PADDING"}
+
+
+def test_the_mask_given_to_attention_names_the_pad_id():
+    """Rows all padded to one length (no run of different lengths to find) and text that uses
+    every id: the key padding mask nn.MultiheadAttention is given tells the pad id."""
+    from lesson.debugger.sequences import SequenceWatch
+
+    model = zoo.SummaryClassifier(10, 2, pad=4, attention="mha")
+    watch = SequenceWatch(model, lambda *a: None)
+    x = torch.randint(0, 10, (8, 12), generator=torch.Generator().manual_seed(0))
+    x[x == 4] = 5
+    x[:, 9:] = 4                                 # every row: 9 tokens, then 3 pads
+    watch.on_train_forward((x,), {}, 0, True, [])
+    assert watch.pad_id is None                  # one length for all: no filler found
+    tokens = torch.cat([torch.full((8, 1), 10), x], 1)
+    watch.on_call(F.embedding, (tokens, model.embed.weight), {}, None, "embed", 0, True)
+    q = torch.randn(13, 8, 32)
+    mask = torch.zeros(8, 13).masked_fill(tokens == 4, float("-inf"))
+    attn = model.attn[0]
+    args = (q, q, q, 32, 2, attn.in_proj_weight, attn.in_proj_bias, None, None, False, 0.0,
+            attn.out_proj.weight, attn.out_proj.bias)
+    watch.on_call(F.multi_head_attention_forward, args, {"key_padding_mask": mask,
+                                                         "need_weights": False},
+                  None, "attn.0", 0, True)
+    assert watch.pad_id == 4 and "given to the attention" in watch.pad_source
+    assert watch.findings() == []                # the mask hides exactly the padding
+
+
+@pytest.mark.parametrize("cell, batch_first, pad", [("gru", True, 0), ("lstm", False, 5)])
+def test_a_packed_batch_read_at_its_last_unpacked_step(cell, batch_first, pad):
+    """pad_packed_sequence returns outputs as long as the batch's longest row, shorter than the
+    padded batch: out[:, -1] (out[-1] time-first) is padding, zeros, for every shorter row."""
+    broken = zoo.train_packed(0, read="last", cell=cell, batch_first=batch_first, pad=pad)
+    healthy = zoo.train_packed(0, read="own", cell=cell, batch_first=batch_first, pad=pad)
+    assert broken["accuracy"] < 0.6 and healthy["accuracy"] >= 0.95       # the symptom
+    f = _finding(broken, "PADDED_POSITION_READ")
+    assert f.evidence["outputs_cut_to_longest_row"] and f.evidence["padded_share"] > 0.5
+    assert f.evidence["position"] == -1
+    # a row's answer depends on how long its batch-mates are, not on what they say: the batch
+    # probe keeps each row's padding, so this is no BATCH_MIXING
+    assert broken["codes"] == {"PADDED_POSITION_READ"}
+    _clean(healthy)
+
+
+def test_a_post_ln_encoder_stalled_by_its_first_steps():
+    """nn.TransformerEncoder's default post-LN layers at 4e-2 from step 0: the first updates
+    leave the model at the marginal entropy of the tokens (it ignores its input); the same
+    peak reached over a warm-up trains."""
+    def run(warmup: int, seed: int = 2) -> dict:
+        torch.manual_seed(seed)
+        return zoo.train_plain_lm(zoo.TorchDecoderLM(12, norm_first=False, layers=4), seed,
+                                  steps=200, lr=4e-2, batch=32, warmup=warmup)
+
+    broken, warmed = run(0), run(100)
+    marginal = broken["debugger"].sequences.marginal_entropy()
+    stalled = sum(broken["losses"][150:]) / 50
+    assert stalled > 0.97 * marginal > broken["floor"] + 0.5               # the symptom
+    assert sum(warmed["losses"][-20:]) / 20 < warmed["floor"] + 0.1
+    f = broken["findings"][0]
+    assert f.code == "WARMUP_MISSING" and f.evidence["first_update_ratio"] > 0.1
+    assert f.evidence["marginal_entropy"] == pytest.approx(marginal, rel=0.01)
+    assert all(g.explained_by for g in broken["findings"][1:])              # its consequences
+    _clean(warmed)

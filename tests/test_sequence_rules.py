@@ -137,11 +137,36 @@ def test_the_pad_id_from_row_tails():
 @pytest.mark.parametrize("rows", [
     [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0], [5, 6, 7, 8, 9]],     # one padded row: too few
     [[5, 6, 7, 8, 0], [5, 6, 7, 8, 0], [5, 6, 7, 8, 9]],     # runs of 1: an end-of-text mark
+    [[5, 6, 7, 0, 0], [5, 6, 7, 8, 0], [5, 6, 7, 8, 9]],     # one run of MIN_RUN: chance
     [[5, 6, 7, 0, 0], [5, 6, 7, 0, 0], [5, 6, 7, 0, 0]],     # one length for all: not padding
     [[0, 6, 7, 8, 9], [5, 6, 0, 0, 0], [7, 0, 0, 0, 0]],     # the id is also text
 ])
 def test_a_token_that_is_not_padding(rows):
     assert P.filler(torch.tensor(rows), 1) is None
+
+
+def test_two_runs_of_min_run_are_padding():
+    rows = [[5, 6, 7, 0, 0], [5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]
+    assert P.filler(torch.tensor(rows), 1) == (0, "right")
+
+
+def test_random_text_read_the_other_way_round_is_not_padding():
+    """Four rows of 20 random ids read time-first (rows of 4): id 6 ends two of them, one
+    twice, and occurs nowhere else; chance, not padding."""
+    x = torch.randint(1, 50, (4, 20), generator=torch.Generator().manual_seed(0))
+    assert P.filler(x, 0) is None and P.filler(x, 1) is None
+
+
+def test_a_padding_idx_named_beforehand():
+    rows = torch.tensor([[5, 6, 7, 8, 3], [5, 6, 7, 8, 3], [5, 6, 7, 8, 9]])
+    assert P.filler(rows, 1) is None                   # runs of one: no filler
+    assert P.ends_with(rows, 3, 1) == (3, "right")     # but the embedding said so
+    assert P.ends_with(rows.flip(1), 3, 1) == (3, "left")
+    assert P.ends_with(rows, 9, 1) is None             # ends one row only
+    inside = rows.clone()
+    inside[2, 0] = 3
+    assert P.ends_with(inside, 3, 1) is None           # also text
+    assert P.ends_with(torch.full((3, 5), 3), 3, 1) is None    # every position: no text
 
 
 def test_the_inside_share_threshold():
@@ -272,6 +297,119 @@ def test_padded_read_threshold():
     assert _read_verdict(5, position=0) == []      # position 0 is real in every row
 
 
+def _cut_read(longest: int, out_length: int, position: int = -1) -> list:
+    """Rows of 12 ids padded with 0 after `longest` ids at most (row 0 is that long); a read of
+    outputs `out_length` long, as pad_packed_sequence cuts them to the longest row."""
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _text(40, 12)
+    lengths = torch.arange(40) % (longest - 3) + 3
+    lengths[0] = longest
+    x[torch.arange(12)[None, :] >= lengths[:, None]] = 0
+    watch.on_train_forward((x,), {}, 0, True, [])
+    out = torch.randn(40, out_length, 4)
+    watch.on_call(torch.Tensor.__getitem__, (out, (slice(None), position)), {},
+                  out[:, position], "rnn", 0, True)
+    return watch.findings()
+
+
+def test_a_read_of_outputs_cut_to_the_longest_row():
+    found = _cut_read(9, 9)
+    assert [f.code for f in found] == ["PADDED_POSITION_READ"]
+    assert found[0].evidence["outputs_cut_to_longest_row"] is True
+    assert found[0].evidence["padded_share"] > 0.8          # every row shorter than 9
+    # each condition false alone: outputs of another length than the longest row are not the
+    # batch cut to it; position 0 is real in every row; full-length outputs are read as before
+    assert _cut_read(9, 8) == [] and _cut_read(9, 10) == []
+    assert _cut_read(9, 9, position=0) == []
+    full = _cut_read(12, 12)
+    assert [f.code for f in full] == ["PADDED_POSITION_READ"]
+    assert full[0].evidence["outputs_cut_to_longest_row"] is False
+
+
+# -- token ids looked up inside the model -----------------------------------------------------------
+def test_ids_looked_up_inside_the_model_align_attention_with_padding():
+    """The model is given (B, T) ids and embeds (B, T + 1) of them (a summary token first):
+    attention over T + 1 keys is read against the padding of what the embedding saw."""
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _padded_batch(0.3, b=8, t=20)
+    watch.on_train_forward((x,), {}, 0, True, [])
+    assert watch.pad_id == 0
+    inside = torch.cat([torch.full((8, 1), 49), x], 1)
+    weight = torch.randn(50, 4)
+    watch.on_call(F.embedding, (inside, weight), {}, None, "embed", 0, True)
+    watch.on_call(F.embedding, (x, weight), {}, None, "embed", 0, True)    # the root's: kept
+    assert [p.place for p in watch._padded] == [0, "embed: input"]
+    probs = torch.full((8, 1, 21, 21), 1 / 21)                  # no mask: uniform
+    watch.on_softmax_module("attn", nn.Softmax(-1), probs, 0)
+    assert [f.code for f in watch.findings()] == ["ATTENTION_ON_PADDING"]
+
+
+def test_ids_looked_up_inside_find_the_pad_id_when_the_model_is_given_none():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch.on_train_forward((torch.randn(8, 3),), {}, 0, True, [])   # no token input
+    x = _padded_batch(0.3, b=8, t=20)
+    watch.on_call(F.embedding, (x, torch.randn(50, 4)), {}, None, "embed", 0, True)
+    assert watch.pad_id == 0 and watch._padded[0].place == "embed: input"
+    # an embedding's padding_idx names it when the rows are padded alike
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    alike = _text(8, 20)
+    alike[alike == 7] = 8
+    alike[:, -1] = 7
+    watch.on_call(F.embedding, (alike, torch.randn(50, 4)), {"padding_idx": 7}, None,
+                  "embed", 0, True)
+    assert watch.pad_id == 7 and "padding_idx" in watch.pad_source
+    # not on a step without full statistics, nor for float inputs
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch.on_call(F.embedding, (x, torch.randn(50, 4)), {}, None, "embed", 0, False)
+    watch.on_call(F.embedding, (x.float(), torch.randn(50, 4)), {}, None, "embed", 0, True)
+    assert watch.pad_id is None and watch._padded == []
+
+
+# -- the marginal entropy of the targets ------------------------------------------------------------
+def test_marginal_entropy_counts_the_targets_the_loss_counts():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    assert watch.marginal_entropy() is None
+    y = torch.tensor([0, 1, 2, 3, -100, -100])
+    logits = torch.zeros(6, 4)
+    watch.on_call(F.cross_entropy, (logits, y), {}, F.cross_entropy(logits, y), "", 0, True)
+    assert watch.marginal_entropy() == pytest.approx(math.log(4))       # uniform over 4
+    # another head's loss (other classes) and a light step do not count
+    watch.on_call(F.cross_entropy, (torch.zeros(3, 7), torch.zeros(3, dtype=torch.long)), {},
+                  torch.tensor(0.0), "", 1, True)
+    watch.on_call(F.cross_entropy, (logits, torch.zeros(6, dtype=torch.long)), {},
+                  torch.tensor(0.0), "", 2, False)
+    assert watch.marginal_entropy() == pytest.approx(math.log(4))
+    # ignore_index, and (N, C, T) logits with (N, T) targets
+    watch.on_call(F.cross_entropy, (torch.zeros(2, 4, 3), torch.tensor([[0, 0, 7], [0, 0, 7]])),
+                  {"ignore_index": 7}, torch.tensor(0.0), "", 3, True)
+    counts = [1 + 4, 1, 1, 1]
+    expected = -sum(c / 8 * math.log(c / 8) for c in counts)
+    assert watch.marginal_entropy() == pytest.approx(expected)
+
+
+def test_the_batch_probe_keeps_each_rows_padding():
+    """A model whose outputs depend on the batch's longest row (out[:, -1] of outputs cut to
+    it) but on no other row's content: changing sample 0's tokens but not its padding moves
+    no other row."""
+    from lesson.debugger import dependence
+
+    class LongestRow(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            longest = int((x != 0).sum(1).max())
+            return self.embed(x)[:, :longest].cumsum(1)[:, -1]
+
+    x = _text(6, 10)
+    x[:, 7:] = 0
+    x[1:, 5:] = 0
+    call = dependence.Call(x, where=0, batch_dim=0, time_dim=1)
+    assert dependence.batch_leak(LongestRow(), call) is not None       # its padding changed
+    assert dependence.batch_leak(LongestRow(), call, pad_id=0) is None
+
+
 # -- accumulation ---------------------------------------------------------------------------------
 def _accumulation(tokens_per_pass: list[list[int]], scales: list[list[float]],
                   token_inputs: bool = True) -> list[str]:
@@ -332,6 +470,57 @@ def test_warmup_thresholds():
         == ["WARMUP_MISSING"]
     late = [2.0] * th.warmup_window + [9.0] * 10            # after the window
     assert _warmup(late, lr) == []
+
+
+def _stall(level: float, ratio: float, *, marginal: float | None = 2.0, post_ln: bool | None = True,
+           transformer: bool = True, lrs: list | None = None, losses: int = 40,
+           first_step: int = 0) -> list[str]:
+    """A run whose loss falls from 3.0 to `level` in 4 steps and stays; first updates of
+    median relative size `ratio` (three weight matrices, a bias that does not count)."""
+    curve = [3.0, 2.8, 2.6, 2.4] + [level] * (losses - 4)
+    params = {"a": {"update_ratio": ratio * 0.5, "ndim": 2},
+              "b": {"update_ratio": ratio, "ndim": 2},
+              "c": {"update_ratio": ratio * 2, "ndim": 2},
+              "bias": {"update_ratio": 10.0, "ndim": 1}}
+    ev = rules.Evidence(losses=curve, lrs=lrs or [(0, 1e-2)], transformer=transformer,
+                        post_ln=post_ln, steps=losses, marginal_entropy=marginal,
+                        history=[{"step": first_step, "params": params}])
+    return [f.code for f in rules.rule_warmup_missing(ev, rules.Thresholds())]
+
+
+def test_warmup_stall_thresholds():
+    th = rules.Thresholds()
+    at = th.warmup_stall * 2.0
+    big = th.warmup_update_ratio
+    assert _stall(at, big) == ["WARMUP_MISSING"]                      # both at the line
+    assert _stall(at - 0.01, big) == []                               # learnt below it
+    assert _stall(at, big * 0.99) == []                               # first updates small
+    # each other condition false alone
+    assert _stall(at, big, marginal=None) == []                       # no targets counted
+    assert _stall(at, big, post_ln=False) == []                       # pre-LN layers
+    assert _stall(at, big, post_ln=None) == ["WARMUP_MISSING"]        # hand-written blocks
+    assert _stall(at, big, transformer=False) == []
+    assert _stall(at, big, lrs=[(0, 1e-2 * (th.warmup_start_share - 0.01)), (5, 1e-2)]) == []
+    assert _stall(at, big, losses=th.min_losses - 1) == []            # too short to tell
+    finding = rules.rule_warmup_missing(rules.Evidence(
+        losses=[3.0] * 4 + [at] * 36, lrs=[(0, 1e-2)], transformer=True, post_ln=True,
+        steps=40, marginal_entropy=2.0,
+        history=[{"step": 0, "params": {"w": {"update_ratio": 0.3, "ndim": 2}}}]),
+        th)[0]
+    assert finding.evidence["first_update_ratio"] == 0.3
+    assert finding.evidence["marginal_entropy"] == 2.0 and finding.step == 0
+
+
+def test_warmup_stall_reads_the_window_only():
+    """A run that stalls after the warm-up window (the first quarter, 200 steps at least) is
+    not the first steps' doing."""
+    th = rules.Thresholds()
+    trained = [3.0] + [0.5] * (th.warmup_window - 1)
+    later = trained + [2.0] * th.warmup_window
+    ev = rules.Evidence(losses=later, lrs=[(0, 1e-2)], transformer=True, post_ln=True,
+                        steps=len(later), marginal_entropy=2.0,
+                        history=[{"step": 0, "params": {"w": {"update_ratio": 0.3, "ndim": 2}}}])
+    assert rules.rule_warmup_missing(ev, th) == []
 
 
 # -- generation on padding ------------------------------------------------------------------------
@@ -398,3 +587,182 @@ def test_small_or_constant_copies_are_not_watched():
         model.embed.weight.fill_(0.5)
         model.head.weight.fill_(0.5)
     assert equal_copies(model, list(model.named_parameters())) == []
+
+
+# -- attention's padding verdicts, sum by sum (attention._on_padding) ------------------------------
+def _sums(*, rows: float = 8, mass: float = 0.2, pad_keys: float = 32, pad_masked: float = 0,
+          real_keys: float = 32, real_masked: float = 0, future: dict | None = None,
+          past: dict | None = None) -> dict[str, float]:
+    """The running sums `_on_padding` reads: "all" keys as given; no future keys (so the
+    attention reads as not causal) unless `future`; "past" like "all" unless `past`."""
+    all_ = {"rows": rows, "mass": mass * rows, "pad_keys": pad_keys, "pad_masked": pad_masked,
+            "real_keys": real_keys, "real_masked": real_masked}
+    v = {f"all_{k}": x for k, x in all_.items()}
+    v |= {f"past_{k}": x for k, x in (all_ | (past or {})).items()}
+    v |= {f"future_{k}": x for k, x in ({"pad_keys": 0, "pad_masked": 0, "real_keys": 0,
+                                          "real_masked": 0} | (future or {})).items()}
+    return v
+
+
+def _verdict(v: dict[str, float]) -> str | None:
+    f = A._on_padding("attn", A._Site("mha", first_step=0), v)
+    return f.code if f is not None else None
+
+
+def test_pad_mass_and_pad_keys_masked_thresholds():
+    assert _verdict(_sums(mass=A.PAD_MASS)) == "ATTENTION_ON_PADDING"            # at the line
+    assert _verdict(_sums(mass=A.PAD_MASS * 0.99)) is None
+    assert _verdict(_sums(pad_masked=32 * A.PAD_KEYS_MASKED)) == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(pad_masked=32 * A.PAD_KEYS_MASKED + 1)) is None      # mostly masked
+    assert _verdict(_sums(rows=A.MIN_PADDED_ROWS)) == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(rows=A.MIN_PADDED_ROWS - 1)) is None                 # too few rows
+
+
+def test_inverted_mass_and_real_keys_masked_thresholds():
+    inverted = {"mass": A.INVERTED_MASS, "real_masked": 32 * A.INVERTED_REAL_MASKED}
+    assert _verdict(_sums(**inverted)) == "PADDING_MASK_INVERTED"                # both at the line
+    # each condition false alone: the weight on padding, the real keys masked
+    assert _verdict(_sums(**inverted | {"mass": A.INVERTED_MASS - 0.01})) \
+        == "ATTENTION_ON_PADDING"
+    assert _verdict(_sums(**inverted | {"real_masked": 32 * A.INVERTED_REAL_MASKED - 1})) \
+        == "ATTENTION_ON_PADDING"
+    # and the real keys counted: too few pairs to call the mask inverted
+    few = A.MIN_REAL_KEYS - 1
+    assert _verdict(_sums(mass=1.0, real_keys=few, real_masked=few)) == "ATTENTION_ON_PADDING"
+
+
+def test_an_inverted_mask_that_leaves_no_key_needs_enough_real_keys():
+    """No row could see a padded key (rows 0: no padding in the batch, or NaN rows), yet the
+    mask hides the real keys: judged on MIN_REAL_KEYS (query, key) pairs or more."""
+    n = A.MIN_REAL_KEYS
+    assert _verdict(_sums(rows=0, real_keys=n, real_masked=n)) == "PADDING_MASK_INVERTED"
+    assert _verdict(_sums(rows=0, real_keys=n - 1, real_masked=n - 1)) is None
+    assert _verdict(_sums(rows=0, real_keys=n, real_masked=n * A.INVERTED_REAL_MASKED - 1)) \
+        is None
+
+
+def test_causal_attention_thresholds():
+    """Causal when at least CAUSAL_MASKED of the real keys after the queries are masked and
+    at most CAUSAL_PAST_MASKED of those before: then only the padding before a query counts
+    (here none: right padding under a causal mask is fine)."""
+    clean_past = {"rows": 0, "mass": 0, "pad_keys": 0}
+    causal = _sums(past=clean_past, future={"real_keys": 100, "real_masked": 100 * A.CAUSAL_MASKED})
+    assert _verdict(causal) is None
+    # the future not masked enough: not causal, the padding after the queries counts
+    assert _verdict(_sums(past=clean_past, future={"real_keys": 100, "real_masked": 98})) \
+        == "ATTENTION_ON_PADDING"
+    # the past masked too: no causal mask (an inverted one, here)
+    inverted_past = clean_past | {"real_keys": 32, "real_masked": 32 * A.CAUSAL_PAST_MASKED + 1}
+    v = _sums(past=inverted_past, future={"real_keys": 100, "real_masked": 100})
+    assert A._on_padding("attn", A._Site("mha"), v).evidence["causal"] is False
+    at_line = clean_past | {"real_keys": 32, "real_masked": 32 * A.CAUSAL_PAST_MASKED}
+    assert _verdict(_sums(past=at_line, future={"real_keys": 100, "real_masked": 100})) is None
+
+
+def test_masked_score_threshold():
+    """Scores at or below MASKED_SCORE are a mask: the real keys scored so are hidden (an
+    inverted mask); a score just above is a (very low) score, not a mask."""
+    t, rows = 8, 8
+    key_pad = torch.tensor([[False] * 4 + [True] * 4]).expand(rows, t)
+
+    def verdict(real_score: float) -> list[str]:
+        scores = torch.tensor([real_score] * 4 + [0.0] * 4).expand(rows, 1, t, t).clone()
+        inspector = A.AttentionInspector()
+        inspector.observe_scores("attn", "softmax", scores, 0, key_pad, key_pad)
+        return [f.code for f in inspector.findings()]
+    assert verdict(A.MASKED_SCORE) == ["PADDING_MASK_INVERTED"]
+    assert verdict(A.MASKED_SCORE * 0.99) == ["ATTENTION_ON_PADDING"]
+
+
+def test_saturation_reads_the_first_early_steps_only():
+    saturated = _rows_with_entropy(A.SATURATED_ENTROPY - 0.05)
+    uniform = _rows_with_entropy(0.99)
+
+    def verdict(saturated_steps: int) -> list[str]:
+        inspector = A.AttentionInspector()
+        for step in range(A.EARLY_STEPS + 5):
+            rows = saturated if step < saturated_steps else uniform
+            inspector.observe_probs("attn", "softmax", rows, step=step)
+        return [f.code for f in inspector.findings()]
+    assert verdict(A.EARLY_STEPS) == ["ATTENTION_SATURATED"]    # later steps learnt to spread
+    assert verdict(A.EARLY_STEPS - 1) == []       # a spread row among the early ones: on average
+
+
+# -- bounds on the host work of the pad-id search and the evaluation checks ------------------------
+def test_pad_searches_stop_after_max_pad_searches():
+    def found_after(clean_batches: int) -> int | None:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        for step in range(clean_batches):
+            watch.on_train_forward((_text(4, 20, seed=step),), {}, step, True, [])
+            watch.end_step(step)
+        watch.on_train_forward((_padded_batch(0.2),), {}, clean_batches, True, [])
+        return watch.pad_id
+    assert found_after(S.MAX_PAD_SEARCHES - 1) == 0
+    assert found_after(S.MAX_PAD_SEARCHES) is None
+
+
+def test_pad_search_skips_batches_over_max_host_tokens():
+    def pad_of(width: int) -> int | None:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        x = torch.randint(1, 50, (4, width), generator=torch.Generator().manual_seed(0))
+        x[1:, -3:] = 0
+        x[2:, -5:] = 0
+        watch.on_train_forward((x,), {}, 0, True, [])
+        return watch.pad_id
+    assert pad_of(S.MAX_HOST_TOKENS // 4) == 0
+    assert pad_of(S.MAX_HOST_TOKENS // 4 + 1) is None
+
+
+def test_token_ids_counted_below_max_token_id():
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    watch._count_ids(torch.tensor([[S.MAX_TOKEN_ID - 1, S.MAX_TOKEN_ID, 3, -1]]))
+    counts = watch._train_ids
+    assert counts.numel() == S.MAX_TOKEN_ID and int(counts.sum()) == 2
+    assert int(counts[S.MAX_TOKEN_ID - 1]) == 1 and int(counts[3]) == 1
+
+
+def _left_padded_generation(passes_before: int) -> list[str]:
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    x = _padded_batch(0.2)
+    watch.on_train_forward((x,), {"key_padding_mask": x == 0}, 0, True, [])
+    for _ in range(passes_before):
+        watch.on_eval_forward((_text(4, 8),), {}, 1)
+    prompts = _text(4, 8)
+    prompts[1:, :3] = 0
+    watch.on_eval_forward((prompts,), {}, 2)
+    return [f.code for f in watch.findings()]
+
+
+def test_evaluation_passes_checked_up_to_max_eval_passes():
+    assert _left_padded_generation(S.MAX_EVAL_PASSES - 1) == ["GENERATION_ON_PADDING"]
+    assert _left_padded_generation(S.MAX_EVAL_PASSES) == []
+
+
+def test_train_unmasked_pad_share_threshold():
+    """GENERATION_ON_PADDING only while training showed at most TRAIN_UNMASKED_PAD_SHARE of
+    its tokens as unmasked padding with a token after it."""
+    def verdict(unmasked: int) -> list[str]:
+        watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+        x = _padded_batch(0.2)                                  # 1000 tokens, masked
+        watch.on_train_forward((x,), {"key_padding_mask": x == 0}, 0, True, [])
+        left = _text(10, 100, seed=3)                           # 1000 tokens, some left pads
+        for row in range(unmasked):
+            left[row + 1, 0] = 0
+        watch.on_train_forward((left,), {}, 1, True, [])
+        prompts = _text(4, 8)
+        prompts[1:, :3] = 0
+        watch.on_eval_forward((prompts,), {}, 2)
+        return [f.code for f in watch.findings()]
+    at_line = round(S.TRAIN_UNMASKED_PAD_SHARE * 2000)
+    assert verdict(at_line) == ["GENERATION_ON_PADDING"]
+    assert verdict(at_line + 1) == []
+
+
+def test_copies_min_elements_threshold():
+    from lesson.debugger.copies import MIN_ELEMENTS
+
+    at_line = Tied(n=MIN_ELEMENTS // 4)                     # (n, 4): MIN_ELEMENTS elements
+    assert [(a, b) for a, b, *_ in equal_copies(at_line, list(at_line.named_parameters()))] \
+        == [("embed.weight", "head.weight")]
+    below = Tied(n=MIN_ELEMENTS // 4 - 1)
+    assert equal_copies(below, list(below.named_parameters())) == []

@@ -347,11 +347,16 @@ def sdpa_scores(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Te
 _MHA_PARAMETERS = list(inspect.signature(F.multi_head_attention_forward).parameters)
 
 
+def mha_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An F.multi_head_attention_forward call's arguments by name."""
+    return dict(zip(_MHA_PARAMETERS, args)) | kwargs
+
+
 def mha_weights(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """Per-head weights (B, H, Tq, Tk) of an F.multi_head_attention_forward call, computed
     again with need_weights=True and dropout off (nn.MultiheadAttention's training calls ask
     for none)."""
-    bound = dict(zip(_MHA_PARAMETERS, args)) | kwargs
+    bound = mha_arguments(args, kwargs)
     if not isinstance(bound.get("query"), torch.Tensor) or bound["query"].dim() != 3:
         return None                     # unbatched (T, E): nothing to align with a batch
     bound |= {"need_weights": True, "average_attn_weights": False, "training": False,
@@ -360,5 +365,5 @@ def mha_weights(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor |
     return weights
 
 
-__all__ = ["AttentionInspector", "sdpa_scores", "mha_weights", "SATURATED_ENTROPY",
+__all__ = ["AttentionInspector", "sdpa_scores", "mha_arguments", "mha_weights", "SATURATED_ENTROPY",
            "PAD_MASS", "INVERTED_MASS"]

@@ -482,11 +482,13 @@ class BatchLeak:
     relative_change: float
 
 
-def batch_leak(model: nn.Module, call: Call, *, max_rows: int = 8, seed: int = 0
-               ) -> BatchLeak | None:
+def batch_leak(model: nn.Module, call: Call, *, max_rows: int = 8, seed: int = 0,
+               pad_id: int | None = None) -> BatchLeak | None:
     """Does changing sample 0 move the outputs of the other samples? None when not. Up to
     `max_rows` samples of the batch are used (never as many as the sequence's positions, so
-    the two axes stay apart)."""
+    the two axes stay apart). With `pad_id`, sample 0's padding stays padding and no token
+    becomes one: its content changes, not its length (an output that depends on the batch's
+    longest row is a padding bug, PADDED_POSITION_READ or ATTENTION_ON_PADDING, not this)."""
     x = call.inputs
     n = min(call.batch_size, max_rows)
     if call.time_dim is not None and n == call.length:
@@ -502,6 +504,9 @@ def batch_leak(model: nn.Module, call: Call, *, max_rows: int = 8, seed: int = 0
         reference = x.index_select(call.batch_dim, rows.to(x.device))
         change = torch.zeros_like(reference, dtype=torch.bool)
         change.narrow(call.batch_dim, 0, 1).fill_(True)
+        if pad_id is not None and vocab is not None and int((vocab != pad_id).sum()) >= 2:
+            vocab = vocab[vocab != pad_id]
+            change &= reference != pad_id
         variant = perturbed(reference, change, vocab, generator)
         probe = Probe(model, call, seed)
         # here a moved "control" is the finding itself: compare row by row

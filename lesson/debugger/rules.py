@@ -205,6 +205,18 @@ class Thresholds:
     or its last quarter averaged `loss_rise` times its first: it blew up at the start. Only for
     transformers (attention seen or held) that are not all pre-LN (norm_first=True layers
     train without warm-up; a blow-up there is LR_TOO_HIGH alone)."""
+    warmup_stall: float = 0.9
+    """WARMUP_MISSING's other form, a stall: the last quarter of that window averaged at least
+    this share of the marginal entropy of the targets (the loss of a model that predicts each
+    class at its frequency and ignores its input: the level a post-LN stack broken by its
+    first steps falls to and stays at; a model that learns gets well below it)..."""
+    warmup_update_ratio: float = 0.05
+    """...after first updates that moved the weight matrices by at least this share of their
+    norm (the median over them at the first step): Adam's first steps are about the learning
+    rate in size whatever the gradient, lr * sqrt(fan_in) relative to a default init, and a
+    rate that large unwarmed is what breaks a post-LN stack. Rates that train transformers
+    without warm-up move them by 1e-3 to 3e-2; other bugs that leave a model at its marginal
+    entropy (an attention bug, a mask the wrong way round) have their own findings."""
 
 
 @dataclass
@@ -244,6 +256,8 @@ class Evidence:
     chance_loss: float | None = None
     #: the same for the validation targets (their class shares' entropy), when seen
     val_chance_loss: float | None = None
+    #: entropy (nats) of the loss's targets' own frequencies: a model that ignores its input
+    marginal_entropy: float | None = None
 
 
 def _finite(v: Any) -> bool:
@@ -793,8 +807,9 @@ def rule_frozen_params_move(ev: Evidence, th: Thresholds) -> list[Finding]:
 
 
 def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
-    """A transformer that blows up in its first steps at a learning rate taken at full size
-    from step 0 (see the warmup_* thresholds)."""
+    """A transformer trained at its full learning rate from step 0 that blows up in its first
+    steps, or that its first, large updates leave stalled at the marginal entropy of its
+    targets (see the warmup_* thresholds)."""
     if not ev.transformer or ev.post_ln is False or not ev.lrs or not ev.losses:
         return []
     peak = max(lr for _, lr in ev.lrs)
@@ -809,6 +824,38 @@ def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
         finite.append(v)
     if not finite or finite[0] <= 0:
         return []
+    evidence = {"lr_at_start": start, "peak_lr": peak, "loss_first": finite[0],
+                "loss_max": max(finite), "window": len(window),
+                "nonfinite": len(finite) < len(window), "post_ln": ev.post_ln}
+    layers = " (post-LN layers)" if ev.post_ln else ""
+    blown = _warmup_blowup(window, finite, th)
+    if blown is not None:
+        what, step = blown
+        return [Finding("WARMUP_MISSING",
+                        f"the loss {what} in the first {len(window)} steps of a transformer "
+                        f"trained at its full learning rate ({start:.2g}) from step 0, without "
+                        f"warm-up{layers}", evidence=evidence, step=step)]
+    stalled = _warmup_stall(ev, finite, th)
+    if stalled is None:
+        return []
+    level, ratio = stalled
+    return [Finding("WARMUP_MISSING",
+                    f"the loss stalled at {level:.3g} over steps {3 * len(finite) // 4}-"
+                    f"{len(finite) - 1}, {level / ev.marginal_entropy:.0%} of the entropy of "
+                    f"the targets' own frequencies ({ev.marginal_entropy:.3g}): the model "
+                    "predicts each target at its frequency and ignores its input, after first "
+                    f"updates that moved its weights by {ratio:.2g} of their norm, at its full "
+                    f"learning rate ({start:.2g}) from step 0, without warm-up{layers}",
+                    evidence=evidence | {"stalled_at": round(level, 4),
+                                         "marginal_entropy": round(ev.marginal_entropy, 4),
+                                         "first_update_ratio": _sig(ratio)},
+                    step=0)]
+
+
+def _warmup_blowup(window: list[float], finite: list[float], th: Thresholds
+                   ) -> tuple[str, int | None] | None:
+    """(what the loss did, the step it blew up) when it became NaN/Inf, reached
+    `warmup_blowup` times its first value, or its last quarter rose `loss_rise` times."""
     nonfinite = len(finite) < len(window)
     peak_loss = max(finite)
     rising = False
@@ -816,20 +863,30 @@ def rule_warmup_missing(ev: Evidence, th: Thresholds) -> list[Finding]:
         first_q, last_q = _quarters(finite)
         rising = last_q > th.loss_rise * first_q
     if not (nonfinite or peak_loss >= th.warmup_blowup * finite[0] or rising):
-        return []
+        return None
     what = ("became NaN/Inf" if nonfinite else f"rose to {peak_loss / finite[0]:.2g}x its "
             f"first value" if peak_loss >= th.warmup_blowup * finite[0] else "rose")
     blown = next((i for i, v in enumerate(window) if not math.isfinite(v)
                   or v >= th.warmup_blowup * finite[0]), None)
-    return [Finding("WARMUP_MISSING",
-                    f"the loss {what} in the first {len(window)} steps of a transformer "
-                    f"trained at its full learning rate ({start:.2g}) from step 0, without "
-                    "warm-up" + (" (post-LN layers)" if ev.post_ln else ""),
-                    evidence={"lr_at_start": start, "peak_lr": peak,
-                              "loss_first": finite[0], "loss_max": peak_loss,
-                              "window": len(window), "nonfinite": nonfinite,
-                              "post_ln": ev.post_ln},
-                    step=blown)]
+    return what, blown
+
+
+def _warmup_stall(ev: Evidence, finite: list[float], th: Thresholds
+                  ) -> tuple[float, float] | None:
+    """(the loss's level, the first update/weight ratio) when the window's last quarter sat at
+    the marginal entropy of the targets after large first updates (see the thresholds)."""
+    if ev.marginal_entropy is None or ev.marginal_entropy <= 0 or len(finite) < th.min_losses:
+        return None
+    _, level = _quarters(finite)
+    if level < th.warmup_stall * ev.marginal_entropy:
+        return None
+    first = next((r for r in ev.history if r.get("params")), None)
+    ratios = sorted(p["update_ratio"] for p in (first["params"].values() if first else ())
+                    if p.get("ndim", 2) >= 2 and _finite(p.get("update_ratio")))
+    if not ratios:
+        return None
+    ratio = statistics.median(ratios)
+    return (level, ratio) if ratio >= th.warmup_update_ratio else None
 
 
 def rule_labels_without_signal(ev: Evidence, th: Thresholds) -> list[Finding]:

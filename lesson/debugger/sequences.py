@@ -45,10 +45,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from lesson.debugger import dependence
-from lesson.debugger.attention import AttentionInspector, mha_weights, sdpa_scores
+from lesson.debugger.attention import (AttentionInspector, mha_arguments, mha_weights,
+                                       sdpa_scores)
 from lesson.debugger.copies import drifted, equal_copies
-from lesson.debugger.padding import (filler, pad_from_mask, pad_positions, padding_of_mask,
-                                     side_of, token_tensors)
+from lesson.debugger.padding import (ends_with, filler, pad_from_mask, pad_positions,
+                                     padding_of_mask, side_of, token_tensors)
 from lesson.debugger.running import RunningStats, to_host
 from lesson.findings import Finding
 
@@ -97,7 +98,11 @@ MAX_EVAL_PASSES = 16
 batch's token ids to the host once."""
 
 MAX_HOST_TOKENS = 1 << 20
-"""The pad-id search copies a token batch to the host only up to this many ids."""
+"""The pad-id search copies a token batch to the host only up to this many ids..."""
+
+MAX_PAD_SEARCHES = 24
+"""...and on at most this many token batches (the warm-up's statistics steps and a few more):
+a run whose first batches hold no padding has none to find."""
 
 MAX_TOKEN_ID = 1 << 20
 """Token ids counted (to know which ids training showed the model) only up to this id."""
@@ -109,9 +114,13 @@ SEQUENCE_MODULES: tuple[type[nn.Module], ...] = (
 SOFTMAX_FUNCTIONS = frozenset({F.softmax, torch.softmax, torch.Tensor.softmax})
 READ_FUNCTIONS = frozenset({torch.Tensor.__getitem__, torch.select, torch.Tensor.select})
 LOSS_FUNCTIONS = frozenset({F.cross_entropy, F.nll_loss})
+#: token ids looked up inside the model (nn.Embedding calls F.embedding): the batch as the
+#: attention sees it, after the model prepended a summary token or cut it
+EMBEDDING_FUNCTIONS = frozenset({F.embedding})
 #: what the debugger's function mode hands to `on_call`
 WATCHED_CALLS = frozenset({F.scaled_dot_product_attention, F.multi_head_attention_forward}
-                          | SOFTMAX_FUNCTIONS | READ_FUNCTIONS | LOSS_FUNCTIONS)
+                          | SOFTMAX_FUNCTIONS | READ_FUNCTIONS | LOSS_FUNCTIONS
+                          | EMBEDDING_FUNCTIONS)
 
 
 @dataclass
@@ -120,7 +129,8 @@ class _Read:
 
     position: int
     first_step: int
-    stats: RunningStats = field(default_factory=lambda: RunningStats(("rows", "padded")))
+    #: rows read, rows padded at the position, rows read from outputs cut to the longest row
+    stats: RunningStats = field(default_factory=lambda: RunningStats(("rows", "padded", "cut")))
 
 
 @dataclass
@@ -146,6 +156,9 @@ class SequenceWatch:
         self.pad_side = "both"                       # where rows are padded: right/left/both
         self.time_axis: int | None = None            # of token batches, once known
         self._tokens: list[tuple[int | str, torch.Tensor]] = []   # this step's, full steps
+        #: token batches looked up inside the model this step, before a pad id was known
+        self._embedded: list[tuple[int | str, torch.Tensor]] = []
+        self._pad_searches = 0
         self._padded: list[_Padded] = []
         self._lengths: set[int] = set()
         self._call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
@@ -163,6 +176,7 @@ class SequenceWatch:
         self._generation: list[dict[str, Any]] = []
         self._inverted_masks: list[dict[str, Any]] = []
         self._class_targets: int | None = None
+        self._target_counts: torch.Tensor | None = None   # per class, full steps
         self._float_input: tuple[int | str, torch.Tensor] | None = None
         self.copies: list[tuple[str, str, nn.Parameter, nn.Parameter, bool]] | None = None
         self.probe_findings: list[Finding] = []
@@ -213,14 +227,40 @@ class SequenceWatch:
             if self.pad_id is None:
                 self._count_ids(x)
                 continue
-            axis = self.time_axis if self.time_axis is not None else 1
-            pads = pad_positions(x, self.pad_id, axis, self.pad_side)
+            padded = self._add_padded(place, x)
             ignored = self._masked_positions(kwargs, x.shape)
-            seen = _before_real(x == self.pad_id, axis)        # on either side of the text
+            seen = _before_real(x == self.pad_id, padded.time_axis)   # either side of the text
             if ignored is not None:
                 seen = seen & ~ignored
             self._train_pads.update(x.device, sums={"tokens": x.numel(), "unmasked": seen.sum()})
-            self._padded.append(_Padded(place, x, axis, pads, pads if axis == 1 else pads.t()))
+
+    def _add_padded(self, place: int | str, x: torch.Tensor) -> _Padded:
+        """Where token batch `x` (given at `place`) holds the pad id, kept for this step."""
+        axis = self.time_axis if self.time_axis is not None else 1
+        pads = pad_positions(x, self.pad_id, axis, self.pad_side)
+        padded = _Padded(place, x, axis, pads, pads if axis == 1 else pads.t())
+        self._padded.append(padded)
+        return padded
+
+    def _on_embedding(self, args: tuple[Any, ...], kwargs: dict[str, Any], where: str,
+                      step: int) -> None:
+        """Token ids looked up inside the model (F.embedding): the batch the attention and the
+        reads are aligned with when the model changed it (a summary token prepended, say).
+        An embedding's padding_idx names a pad id too."""
+        x = args[0] if args else kwargs.get("input")
+        if not isinstance(x, torch.Tensor) or not token_tensors((x,), {}) \
+                or any(t is x for _, t in self._tokens) \
+                or any(p.tokens is x for p in self._padded):
+            return
+        self._lengths |= {x.shape[0], x.shape[1]}
+        if self.pad_id is None:
+            index = args[2] if len(args) > 2 else kwargs.get("padding_idx")
+            self._find_pad(x, {}, step, padding_idx=index)
+        place = f"{where}: input"
+        if self.pad_id is None:
+            self._embedded.append((place, x))
+            return
+        self._add_padded(place, x)
 
     def _masked_positions(self, kwargs: dict[str, Any], shape: torch.Size
                           ) -> torch.Tensor | None:
@@ -232,34 +272,67 @@ class SequenceWatch:
                 hidden = padding if hidden is None else hidden | padding
         return hidden
 
-    def _find_pad(self, x: torch.Tensor, kwargs: dict[str, Any], step: int) -> None:
-        """The pad id, from the masks given with `x` or from the token filling row tails."""
-        if x.numel() > MAX_HOST_TOKENS:
+    def _find_pad(self, x: torch.Tensor, masks: dict[str, Any], step: int, *,
+                  padding_idx: int | None = None) -> None:
+        """The pad id: from the padding masks given with `x` (by keyword), from an embedding's
+        padding_idx found at row ends, or from the token filling row tails (heads)."""
+        if x.numel() > MAX_HOST_TOKENS or self._pad_searches >= MAX_PAD_SEARCHES:
             return
+        self._pad_searches += 1
         tokens = x.detach().cpu()
-        for name, value in kwargs.items():
+        for name, value in masks.items():
             padding = padding_of_mask(name, value, x.shape)
-            if padding is None:
-                continue
-            padding = padding.detach().cpu()
-            pad = pad_from_mask(tokens, padding)
-            if pad is not None:
-                self.pad_id, self.pad_source = pad, f"the padding mask {name!r}"
-                self.pad_side = side_of(padding)
-                return
-            flipped = pad_from_mask(tokens, ~padding)
-            if flipped is not None:     # the mask's padding holds tokens, its tokens one id
-                self._inverted_masks.append({"mask": name, "step": step, "pad_id": flipped})
-                self.pad_id, self.pad_source = flipped, f"the tokens {name!r} leaves visible"
-                self.pad_side = side_of(~padding)
+            if padding is not None and self._pad_from_mask(tokens, padding.detach().cpu(),
+                                                           name, step):
                 return
         for axis in (1, 0):
             found = filler(tokens, axis)
+            if found is None and _is_int(padding_idx) and padding_idx >= 0:
+                found = ends_with(tokens, padding_idx, axis)
             if found is not None:
                 self.pad_id, self.time_axis, self.pad_side = found[0], axis, found[1]
                 ends = "tails" if found[1] == "right" else "heads"
                 self.pad_source = f"the token filling row {ends}"
+                if found[0] == padding_idx:
+                    self.pad_source += " (the embedding's padding_idx)"
                 return
+
+    def _pad_from_mask(self, tokens: torch.Tensor, padding: torch.Tensor, name: str,
+                       step: int) -> bool:
+        """The pad id from a padding mask over host `tokens` (True at what it calls padding):
+        the one id at every position it hides, or, the mask being the wrong way round, at
+        every position it leaves visible (kept as evidence of PADDING_MASK_INVERTED)."""
+        pad = pad_from_mask(tokens, padding)
+        if pad is not None:
+            self.pad_id, self.pad_source = pad, f"the padding mask {name!r}"
+            self.pad_side = side_of(padding)
+            return True
+        flipped = pad_from_mask(tokens, ~padding)
+        if flipped is not None:     # the mask's padding holds tokens, its tokens one id
+            self._inverted_masks.append({"mask": name, "step": step, "pad_id": flipped})
+            self.pad_id, self.pad_source = flipped, f"the tokens {name!r} leaves visible"
+            self.pad_side = side_of(~padding)
+            return True
+        return False
+
+    def _pad_from_attention_mask(self, bound: dict[str, Any], step: int) -> None:
+        """No pad id yet: a key padding mask given to attention inside the model
+        (nn.MultiheadAttention, the nn.Transformer layers) against the token batches of this
+        step that have its shape."""
+        mask = bound.get("key_padding_mask")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2 \
+                or self._pad_searches >= MAX_PAD_SEARCHES:
+            return
+        padding = padding_of_mask("key_padding_mask", mask, mask.shape)
+        candidates = [x for _, x in self._tokens + self._embedded if x.shape == mask.shape]
+        if padding is None or not candidates or candidates[0].numel() > MAX_HOST_TOKENS:
+            return
+        self._pad_searches += 1
+        if self._pad_from_mask(candidates[0].detach().cpu(), padding.detach().cpu(),
+                               "key_padding_mask", step):
+            self.pad_source += " given to the attention"
+            for place, x in self._tokens + self._embedded:
+                self._add_padded(place, x)
 
     def _count_ids(self, x: torch.Tensor) -> None:
         """Which ids training showed the model (for GENERATION_ON_PADDING without a pad id)."""
@@ -292,7 +365,11 @@ class SequenceWatch:
             scores, scale = sdpa_scores(args, kwargs)
             self._attend(f"{where}/scaled_dot_product_attention", "sdpa", scores, step,
                          scale=scale)
+        elif func in EMBEDDING_FUNCTIONS:
+            self._on_embedding(args, kwargs, where, step)
         elif func is F.multi_head_attention_forward:
+            if self.pad_id is None:
+                self._pad_from_attention_mask(mha_arguments(args, kwargs), step)
             weights = mha_weights(args, kwargs)
             if weights is not None:
                 self._attend(where, "multi_head_attention", weights, step, probs=True)
@@ -360,13 +437,23 @@ class SequenceWatch:
         other = 1 - axis
         for p in self._padded:
             b, n = p.batch_first.shape
-            if b == n or t.shape[axis] != n or t.shape[other] != b:
+            m = t.shape[axis]
+            if b == n or t.shape[other] != b or not 2 <= m <= n:
                 continue
-            pos = position % n
-            padded = p.batch_first[:, pos]
+            padded = p.batch_first[:, position % m]
+            rows: int | torch.Tensor = b
+            cut: int | torch.Tensor = 0
+            if m < n:
+                # outputs cut to the batch's longest row (pad_packed_sequence does so): aligned
+                # with the input's first m positions when the longest row is m long, which is
+                # told on the device (no sync): every count is 0 otherwise
+                aligned = (~p.batch_first).any(0).sum() == m
+                padded, rows = padded & aligned, aligned * b
+                cut = rows
             site = f"{where}: {'[:, ' if axis == 1 else '['}{position}]"
             read = self._reads.setdefault(site, _Read(position, step))
-            read.stats.update(padded.device, sums={"rows": b, "padded": padded.sum()})
+            read.stats.update(padded.device,
+                              sums={"rows": rows, "padded": padded.sum(), "cut": cut})
             return
 
     def _on_loss(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, step: int,
@@ -384,6 +471,8 @@ class SequenceWatch:
             self._losses.append((valid.sum(), out.detach()))
         if target.dim() == 1:
             self._class_targets = target.shape[0]
+        if full:
+            self._count_targets(args[0] if args else kwargs.get("input"), target, valid)
         if not full or not self._tokens:
             return
         if self._first_loss_step is None:
@@ -401,6 +490,33 @@ class SequenceWatch:
                 if counted is not None:
                     loss = self._pad_loss.setdefault(place, RunningStats(("counted", "valid")))
                     loss.update(x.device, sums={"counted": counted, "valid": valid.sum()})
+
+    def _count_targets(self, scores: Any, target: torch.Tensor, valid: torch.Tensor) -> None:
+        """How often each class is a counted target (one index_add on the device): the
+        marginal entropy a model that ignores its input scores."""
+        if not isinstance(scores, torch.Tensor) or not scores.is_floating_point() \
+                or scores.dim() < 2:
+            return
+        classes = scores.shape[1]
+        if self._target_counts is None:
+            self._target_counts = torch.zeros(classes, device=target.device)
+        if self._target_counts.numel() != classes:
+            return                                   # another head's loss: one is enough
+        keep = valid & (target < classes)
+        self._target_counts.index_add_(0, torch.where(keep, target, 0).reshape(-1).long(),
+                                       keep.reshape(-1).to(self._target_counts.dtype))
+
+    def marginal_entropy(self) -> float | None:
+        """The entropy (nats) of the counted targets' own frequencies: the loss of a model that
+        predicts every class at its frequency whatever the input. None before any count.
+        (One host read: called when diagnosing.)"""
+        counts = self._target_counts
+        if counts is None:
+            return None
+        total = float(counts.sum())
+        if total <= 0:
+            return None
+        return float(torch.special.entr(counts / total).sum())
 
     def on_backward(self, args: tuple[Any, ...]) -> None:
         """loss.backward() / torch.autograd.backward(loss) on a statistics step."""
@@ -461,7 +577,7 @@ class SequenceWatch:
                 self._run_probes(step)
         finally:
             self._call, self._pending = None, {}
-            self._tokens, self._padded = [], []
+            self._tokens, self._padded, self._embedded = [], [], []
 
     def _run_probes(self, step: int) -> None:
         model = self._model()
@@ -520,7 +636,7 @@ class SequenceWatch:
         if call.batch_size < 2:
             return False
         try:
-            leak = dependence.batch_leak(model, call)
+            leak = dependence.batch_leak(model, call, pad_id=self.pad_id)
         except Exception as exc:
             self._on_error("batch independence probe", exc)
             return False
@@ -611,17 +727,21 @@ class SequenceWatch:
 
     def _read_findings(self, host: dict[str, Any]) -> list[Finding]:
         for site, read in self._reads.items():
-            rows, padded = host[f"read\0{site}"][:2]
+            rows, padded, cut = host[f"read\0{site}"][:3]
             if padded >= MIN_PADDED_READS and rows and padded / rows >= PADDED_READ_SHARE:
+                what = ("the outputs stop at the batch's longest row, as pad_packed_sequence "
+                        "returns them, so that position is the last step of the longest rows "
+                        "only and the shorter ones are summarised by zeros" if cut else
+                        "those rows are summarised by the state after their padding")
                 return [Finding(
                     "PADDED_POSITION_READ",
                     f"{site} reads position {read.position} of a padded batch, which is "
-                    f"padding for {padded / rows:.0%} of the rows: those rows are summarised "
-                    "by the state after their padding, not after their last token",
+                    f"padding for {padded / rows:.0%} of the rows: {what}, not by their last "
+                    "token",
                     layer=site.split(":")[0] or None,
                     evidence={"site": site, "position": read.position,
                               "padded_share": round(padded / rows, 4), "rows_read": int(rows),
-                              "pad_id": self.pad_id},
+                              "outputs_cut_to_longest_row": bool(cut), "pad_id": self.pad_id},
                     step=read.first_step)]
         return []
 
