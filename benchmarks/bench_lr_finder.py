@@ -1,7 +1,8 @@
 """How good is the suggested learning rate? Ours beside torch-lr-finder, against a grid search.
 
 For each task the same freshly initialised model goes through:
-  * our `find_learning_rate` (100 steps, 1e-7 -> 10, on the task's DataLoader),
+  * our `find_learning_rate` (100 steps, 1e-7 -> 10, on the task's DataLoader; on plain SGD
+    classifiers, then its probes: 50-step trainings at multiples of the sweep's edge),
   * the lesson's rule (10 points before the lowest raw loss) applied to that same sweep,
   * torch-lr-finder's `LRFinder.range_test` (same range and steps) and its plot's suggestion
     (steepest gradient of the smoothed loss),
@@ -29,12 +30,18 @@ sequences, with Adam and with SGD momentum, an LSTM regression, budgets of 50 an
 `edge`, 6 where the best rate sits near the edge of stability (plain SGD without momentum on
 500-2000 steps: tanh, sigmoid, a CNN, a small transformer, a wide MLP, a tanh regression);
 `edge-held-out`, 7 more of that kind (a tanh CNN, a two-layer sigmoid MLP, a two-layer
-transformer, a ReLU MLP, a linear classifier, a deeper tanh MLP, a ReLU regression). The
-suggestion rules were designed on `tuning` (benchmark, extra, edge) and only checked on
-`confirm` (held-out, edge-held-out); `all` runs the 33 and counts, per tool, the tasks
-within 3x and the rates that diverge. BENCH_SEED=1 changes every initialisation. Tasks run in
-parallel processes (`--jobs`, default 2), one torch thread each; the numbers do not depend on
-it; `-k` picks tasks by name.
+transformer, a ReLU MLP, a linear classifier, a deeper tanh MLP, a ReLU regression), held out
+at first, then looked at to design the probes of the EDGE rule; `edge-confirm`, 8 written
+after the rules were fixed and run only to confirm them (GELU, ELU and leaky ReLU networks, a
+sigmoid CNN, a binary cross-entropy, a wider transformer; momentum and Adam on long budgets).
+The suggestion rules were designed on `tuning` (benchmark, extra, edge, edge-held-out) at
+BENCH_SEED=0 and 1, and only checked on `confirm` (held-out, edge-confirm) and at
+BENCH_SEED=2; `all` runs the 41 and counts, per tool, the tasks within 3x and the rates that
+diverge. BENCH_SEED changes every initialisation. Tasks run in parallel processes (`--jobs`,
+default 2), one torch thread each; the numbers do not depend on it; `-k` picks tasks by
+name. Grid searches are kept in `--cache` (benchmarks/.cache/lr_grids.jsonl), keyed by a
+digest of all they depend on (the task, its initial weights, the training code): a changed
+finder reruns only the tools.
 
     .venv/bin/python benchmarks/bench_lr_finder.py [--set all] [--jobs 1] [raw.npy]
 """
@@ -43,7 +50,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
+import inspect
 import io
+import json
 import math
 import multiprocessing
 import os
@@ -347,15 +357,54 @@ def edge_held_out_tasks() -> list[Task]:
     ]
 
 
+def edge_confirm_tasks() -> list[Task]:
+    """Written after the probes were designed and never looked at before the confirming run:
+    other activations (GELU, ELU, leaky ReLU, sigmoid in a CNN), a binary cross-entropy, a
+    wider transformer, and two of another kind on long budgets (momentum, Adam)."""
+    g = torch.Generator().manual_seed(41)
+    xd, yd = _digits()
+    x1, y1 = _teacher_data(g, 41, 16, 24, 6)
+    x2, y2 = _teacher_data(g, 42, 20, 32, 2)
+    xt, yt = _token_task(g, 10, 20)
+    return [
+        Task("gelu-mlp-digits-2-hidden (SGD, 800 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 96), nn.GELU(),
+                                   nn.Linear(96, 96), nn.GELU(), nn.Linear(96, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=800),
+        Task("sigmoid-cnn-digits (SGD, 600 steps)", lambda: _cnn(nn.Sigmoid),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=600),
+        Task("leaky-relu-mlp-synthetic-6cls (SGD, 1500 steps)",
+             lambda: nn.Sequential(nn.Linear(16, 128), nn.LeakyReLU(0.1), nn.Linear(128, 6)),
+             x1, y1, nn.CrossEntropyLoss(), "sgd", steps=1500),
+        Task("bce-tanh-mlp-binary (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(20, 48), nn.Tanh(), nn.Linear(48, 1)),
+             x2, y2.float().unsqueeze(1), nn.BCEWithLogitsLoss(), "sgd", steps=1000),
+        Task("transformer-wide-tokens (SGD, 600 steps)",
+             lambda: TinyTransformer(10, 20, 3, width=48), xt, yt, nn.CrossEntropyLoss(),
+             "sgd", steps=600),
+        Task("elu-cnn-digits (SGD, 1000 steps)", lambda: _cnn(nn.ELU, width=12),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("tanh-mlp-digits (SGD momentum, 1000 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.Tanh(),
+                                   nn.Linear(64, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd-momentum", steps=1000),
+        Task("relu-mlp-synthetic-6cls (Adam, 800 steps)",
+             lambda: nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                                   nn.Linear(64, 6)),
+             x1, y1, nn.CrossEntropyLoss(), "adam", steps=800),
+    ]
+
+
 #: the task sets `--set` chooses from
 SETS: dict[str, Callable[[], list[Task]]] = {
     "benchmark": lambda: tasks(), "held-out": lambda: held_out_tasks(),
     "extra": lambda: extra_tasks(), "edge": lambda: edge_tasks(),
-    "edge-held-out": lambda: edge_held_out_tasks()}
+    "edge-held-out": lambda: edge_held_out_tasks(),
+    "edge-confirm": lambda: edge_confirm_tasks()}
 #: ...and the groups of sets: "tuning", the sets the suggestion rules were designed on;
 #: "confirm", the sets they were only checked on; "all", every set
-GROUPS = {"tuning": ("benchmark", "extra", "edge"), "confirm": ("held-out", "edge-held-out"),
-          "all": tuple(SETS)}
+GROUPS = {"tuning": ("benchmark", "extra", "edge", "edge-held-out"),
+          "confirm": ("held-out", "edge-confirm"), "all": tuple(SETS)}
 
 
 def all_tasks(name: str) -> list[Task]:
@@ -435,11 +484,13 @@ def ours(task: Task, init: nn.Module) -> float | None:
                                 optimizer=task.make_optimizer, verbose=False)
     RAW[task.name] = (result.lrs, result.losses)
     RULE[task.name] = result.kind or "none"
+    SPENT[task.name] = result.steps_spent
     return result.suggested_lr
 
 
 RAW: dict[str, tuple[list[float], list[float]]] = {}
 RULE: dict[str, str] = {}       # the rule our finder chose for each task ("edge", "steepest")
+SPENT: dict[str, int] = {}      # optimizer steps our finder took (sweep and probes)
 
 
 def lesson_rule(task: Task, init: nn.Module) -> float | None:
@@ -474,15 +525,58 @@ def torch_lr_finder(task: Task, init: nn.Module) -> float | None:
 TOOLS = {"ours": ours, "lesson's rule": lesson_rule, "torch-lr-finder": torch_lr_finder}
 
 
-def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
-    """One task end to end (grid, then each tool): one row of the table, plus raw numbers."""
-    which, index, seed = args
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "lr_grids.jsonl"
+
+
+def grid_key(task: Task, init: nn.Module) -> str:
+    """A digest of everything a task's grid search depends on: its name, budget, data,
+    criterion, optimizer, initial weights, the grid's settings and the code that trains; a
+    change to any of them runs the grid again."""
+    h = hashlib.sha256()
+    for part in (task.name, task.steps, task.optimizer, repr(task.criterion), str(init),
+                 SEEDS, BATCH, COARSE, torch.__version__,
+                 *(inspect.getsource(f) for f in (train, train_avg, grid_search, Task))):
+        h.update(repr(part).encode())
+    for t in (task.x, task.y, *init.state_dict().values()):
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def cached_grid(path: Path | None, key: str) -> dict | None:
+    """The grid search stored under `key` in the JSON-lines `path`, if any."""
+    if path is None or not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue            # a line cut short by an interrupted run
+        if row.get("key") == key:
+            return row
+    return None
+
+
+def run_task(args: tuple[str, int, int, str | None]) -> tuple[dict, dict]:
+    """One task end to end (grid, then each tool): one row of the table, plus raw numbers.
+    The grid search comes from the cache when its inputs are unchanged."""
+    which, index, seed, cache_path = args
+    cache = Path(cache_path) if cache_path else None
     torch.set_num_threads(1)
     task = all_tasks(which)[index]
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     init = task.make_model()
-    best, grid, cost = grid_search(task, init)
+    key = grid_key(task, init)
+    hit = cached_grid(cache, key)
+    if hit is not None:
+        best, grid, cost = hit["best"], {float(k): v for k, v in hit["grid"].items()}, hit["cost"]
+    else:
+        best, grid, cost = grid_search(task, init)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            with cache.open("a") as out:
+                out.write(json.dumps({"key": key, "task": task.name, "seed": seed, "best": best,
+                                      "grid": grid, "cost": cost}) + "\n")
     near = [lr for lr, v in grid.items() if v <= 1.1 * grid[best]]
     row = {"task": task.name, "grid_best": best, "grid_loss": grid[best], "cost": cost,
            "near": (min(near), max(near))}
@@ -491,6 +585,7 @@ def run_task(args: tuple[str, int, int]) -> tuple[dict, dict]:
         loss = train_avg(task, init, lr) if lr else math.nan
         row[tool] = (lr, loss)
     row["rule"] = RULE.get(task.name)
+    row["ours_steps"] = SPENT.get(task.name, 0)
     print(f"  done: {task.name} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return row, {"grid": grid, "best": best, "sweep": RAW.get(task.name)}
 
@@ -501,19 +596,24 @@ def main() -> None:
     parser.add_argument("--set", choices=[*SETS, *GROUPS], default="benchmark",
                         help="which tasks: the benchmark's five (default), the held-out eight, "
                              "the extra seven (RNNs, short and long budgets), the edge six "
-                             "(plain SGD, 500-2000 steps), the edge-held-out seven; 'tuning' "
+                             "(plain SGD, 500-2000 steps), the edge-held-out seven, the "
+                             "edge-confirm eight; 'tuning' "
                              "and 'confirm' (the sets the rules were designed on / only "
                              "checked on), or all of them")
     parser.add_argument("--held-out", action="store_true", help="the same as --set held-out")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="tasks run in parallel, one thread each (default 2)")
     parser.add_argument("-k", default="", help="only the tasks whose name contains this")
+    parser.add_argument("--cache", default=str(DEFAULT_CACHE),
+                        help="grid searches kept here (JSON lines), reused while the task, its "
+                             "initialisation and the training code are unchanged")
+    parser.add_argument("--no-cache", action="store_true", help="run every grid search")
     args = parser.parse_args()
     which = "held-out" if args.held_out else args.set
     t0 = time.perf_counter()
     seed = int(os.environ.get("BENCH_SEED", "0"))
     chosen = [i for i, t in enumerate(all_tasks(which)) if args.k in t.name]
-    jobs = [(which, i, seed) for i in chosen]
+    jobs = [(which, i, seed, None if args.no_cache else args.cache) for i in chosen]
     budgets = {t.name: t.steps for t in all_tasks(which)}
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
@@ -554,8 +654,10 @@ def main() -> None:
                   f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}"
                   + (f"  {row['rule']}" if tool == "ours" else ""))
     costs = ", ".join(f"{r['cost']}" for r in rows)
-    print(f"\ncost per task in optimizer steps: range test 100; grid search {costs} "
-          f"(up to {max(r['cost'] for r in rows) // 100}x the range test)")
+    spent = [r["ours_steps"] for r in rows]
+    print(f"\ncost per task in optimizer steps: torch-lr-finder's range test 100; ours "
+          f"{min(spent)}-{max(spent)} (its sweep and, on plain SGD classifiers, its probes); "
+          f"grid search {costs} (up to {max(r['cost'] for r in rows) // min(spent)}x ours)")
     kinds = sorted({budgets[r["task"]] for r in rows})
     print(f"{len(rows)} tasks, training budgets {kinds} steps")
     for tool in TOOLS:

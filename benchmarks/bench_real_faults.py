@@ -13,9 +13,9 @@ layer or parameter to blame) when such a finding names it. Fixed versions must h
 `--seeds` sweeps seeds (`0-19`, `0,3,7`, `0-4,9`): one line per seed, then per fault the seeds
 where the broken run was missed or not reproduced and those where the fixed twin had a
 finding. Runs go to `--jobs` processes (one torch thread each) and each (fault, seed) result is
-kept in `--cache` (JSON lines, keyed by the sources it ran: the library, the harness and the
-fault's file), so an interrupted sweep resumes where it stopped and a changed source is run
-again. The targets: no fixed twin with a finding on any seed, at least 80% diagnosed on each.
+kept in `--cache` (JSON lines, keyed by the sources it ran: the library's protocol, the data
+sets, the harness and the fault's file), so an interrupted sweep resumes where it stopped and a
+changed source is run again. The targets: no fixed twin with a finding on any seed, at least 80% diagnosed on each.
 
 DeepFD (Cao et al., ICSE 2022) diagnoses 52% and localises 42% of its 58 real faults.
 """
@@ -80,15 +80,28 @@ def parse_seeds(text: str) -> list[int]:
 
 
 # -- the sweep: many (fault, seed) runs, in parallel, resumable --------------------------------
+#: the lesson/ sources the protocol runs: the package loads its tools lazily, and these are
+#: all a run imports (tests/test_real_faults.py checks it); a change elsewhere in lesson/ (the
+#: course, the LR finder, the gradient check) leaves every result as it was
+PROTOCOL_SOURCES = ("__init__.py", "findings.py", "restore.py", "debugger", "data",
+                    "production", "checks/__init__.py", "checks/overfit.py",
+                    "checks/batch_independence.py")
+
+
 def fingerprint(fault: Fault) -> str:
-    """A digest of every source a fault's result depends on: the library (lesson/), the shared
-    data sets, the harness and the fault's own file. A change to any of them reruns it."""
+    """A digest of every source a fault's result depends on: the library's protocol sources
+    (PROTOCOL_SOURCES), the shared data sets, the harness and the fault's own file. A change
+    to any of them reruns it."""
     return _digest([*_shared_sources(), Path(sys.modules[fault.build.__module__].__file__)])
 
 
 @functools.lru_cache(maxsize=1)
 def _shared_sources() -> tuple[Path, ...]:
-    return (*sorted((ROOT / "lesson").rglob("*.py")), ROOT / "broken_models" / "datasets.py",
+    lesson = ROOT / "lesson"
+    files = [f for part in PROTOCOL_SOURCES for f in
+             (sorted((lesson / part).rglob("*.py")) if (lesson / part).is_dir()
+              else [lesson / part])]
+    return (*files, ROOT / "broken_models" / "datasets.py",
             Path(sys.modules[run.__module__].__file__))
 
 

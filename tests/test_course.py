@@ -186,6 +186,31 @@ def test_committed_notebooks_carry_no_outputs(folder):
         assert nb.metadata["kernelspec"]["name"] == "python3", path
 
 
+def test_exercise_3_teaches_the_rule_the_finder_applies_to_its_sweep(tmp_path, monkeypatch):
+    """Exercise 3's ResNet is swept with SGD and momentum: the finder reads that sweep by its
+    STEEPEST rule, and the rule the exercise teaches (fastai's lowest loss / 10) lands within
+    3x of the finder's suggestion on the solution's own sweep; the text says which rule the
+    finder uses for which optimizer."""
+    from lesson.checks.lr_suggestion import choose_lr, smooth
+
+    monkeypatch.setenv("NNDEBUG_DATA_DIR", "")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    nb = nbformat.read(ROOT / "solutions" / "ex3_lr_finder" / "lr_finder.ipynb", as_version=4)
+    ns: dict = {}
+    for cell in nb.cells:            # the solution's code, without the test cells
+        if cell.cell_type == "code" and not cell.metadata["nbgrader"].get("grade"):
+            exec(cell.source, ns)
+    lrs, losses = ns["read_lr_csv"](ns["resnet_csv"])
+    finder = choose_lr(lrs, smooth(losses), 10, losses, plain_sgd=False, classification=True)
+    assert finder.kind == "steepest" and ns["result"].kind == "steepest"
+    assert finder.lr == pytest.approx(ns["result"].suggested_lr, rel=1e-3)
+    assert 1 / 3 <= ns["best_lr"] / finder.lr <= 3
+    text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for words in ("momentum and Adam", "a third of the edge", "Plain SGD without momentum",
+                  "result.rule"):
+        assert words in text
+
+
 def test_every_assignment_has_hidden_tests_and_locked_tests():
     for ex in EXERCISES:
         nb = nbformat.read(ex.solution(ROOT), as_version=4)

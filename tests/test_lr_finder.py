@@ -40,7 +40,7 @@ def test_lesson_snippet_runs_and_returns_lr_loss_pairs():
 
 
 def test_suggestion_trains_well_on_the_lesson_task():
-    """Train 100 full-batch SGD steps at the suggestion and at 1/10 and 10x of it."""
+    """Train 100 full-batch SGD steps at the suggestion and at 1/30 of it."""
     x, y = _data()
     sugg = find_learning_rate(_mlp(), x, y, CE, verbose=False).suggested_lr
     assert sugg is not None and 1e-3 < sugg < 10
@@ -57,7 +57,7 @@ def test_suggestion_trains_well_on_the_lesson_task():
 
     at_sugg = final_loss(sugg)
     assert math.isfinite(at_sugg)
-    assert at_sugg < 0.5 * final_loss(sugg / 10)  # far better than a rate 10x lower
+    assert at_sugg < 0.5 * final_loss(sugg / 30)  # far better than a rate 30x lower
 
 
 def test_smoothing_is_bias_corrected():
@@ -316,6 +316,143 @@ def test_a_loss_still_falling_at_the_end_of_the_sweep_shows_no_edge():
         assert _choose(bent, plain_sgd=True).kind == kind
 
 
+def _probe(score_of, blow_up_at=math.inf):
+    """A probe whose final-weights loss is `score_of(lr / edge)` (the edge taken from the
+    rule's call), blowing up at and past `blow_up_at` x the edge; it records its calls."""
+    calls = []
+
+    def probe(lr, steps):
+        calls.append(lr)
+        ratio = lr / probe.edge
+        return math.inf if ratio >= blow_up_at else score_of(ratio)
+    probe.calls = calls
+    return probe
+
+
+def _probed(raw, probe):
+    plain = _choose(raw, plain_sgd=True)
+    probe.edge = plain.edge
+    return _choose(raw, plain_sgd=True, probe=probe), plain
+
+
+def test_probes_take_the_largest_rate_that_trains_about_as_well_as_the_best():
+    """Untrained loss ln 10 ~ 2.30; scores by multiple of the edge: best 0.3 at 2x (a fall
+    of 2.0); 4x falls 1.85 (92.5% of it, kept), 8x 1.70 (85%, not), 16x worse still: two in
+    a row short of the bar, so probing stops there."""
+    scores = {0.5: 1.0, 1: 0.6, 2: 0.3, 4: 0.45, 8: 0.6, 16: 0.9, 32: 0.35}
+    raw = _edge_sweep(noise=0.0)
+    probe = _probe(lambda r: scores[round(r, 3)])
+    got, plain = _probed(raw, probe)
+    assert got.kind == "edge" and got.edge == plain.edge
+    assert got.lr == pytest.approx(4 * plain.edge)
+    assert [round(c / plain.edge, 3) for c in probe.calls] == [0.5, 1, 2, 4, 8, 16]
+    assert [round(r / plain.edge, 3) for r, _ in got.probes] == [0.5, 1, 2, 4, 8, 16]
+    assert "4 x the edge" in got.reason and "90%" in got.reason
+
+
+def test_the_keep_bar_on_both_sides():
+    untrained = math.log(10)
+    for share, expect in ((rules.PROBE_KEEP + 0.01, 2), (rules.PROBE_KEEP - 0.01, 1)):
+        kept = untrained - share * (untrained - 0.3)            # 2x's fall, as a share of 1x's
+        probe = _probe(lambda r, kept=kept: {0.5: 1.0, 1: 0.3}.get(round(r, 3), kept)
+                       if r <= 2 else 2.2)
+        got, plain = _probed(_edge_sweep(noise=0.0), probe)
+        assert got.lr == pytest.approx(expect * plain.edge)
+
+
+def test_probing_stops_where_a_rate_blows_up_and_never_suggests_it():
+    probe = _probe(lambda r: 1.0 / r, blow_up_at=4)             # better and better, then NaN
+    got, plain = _probed(_edge_sweep(noise=0.0), probe)
+    assert got.lr == pytest.approx(2 * plain.edge)
+    assert max(probe.calls) == pytest.approx(4 * plain.edge)
+    ended_above = _probe(lambda r: 0.2 if r < 8 else 2.31)     # no lower than untrained
+    got, plain = _probed(_edge_sweep(noise=0.0), ended_above)
+    assert got.lr == pytest.approx(4 * plain.edge) and len(ended_above.calls) == 5
+
+
+def test_probes_reach_far_above_the_edge_and_no_further_than_64x():
+    probe = _probe(lambda r: 1.0 / (1 + r))                     # a sigmoid net's kind
+    got, plain = _probed(_edge_sweep(noise=0.0), probe)
+    assert len(probe.calls) == rules.PROBE_MAX
+    assert got.lr == pytest.approx(64 * plain.edge)
+
+
+def test_when_even_half_the_edge_does_not_train_the_steepest_rule_reads_the_sweep():
+    probe = _probe(lambda r: 2.5)
+    got, plain = _probed(_edge_sweep(noise=0.0), probe)
+    assert got.kind == "steepest" and "did not bring the loss below" in got.reason
+    assert got.lr <= got.edge / rules.STEEPEST_CAP * 1.0001 and len(probe.calls) == 1
+
+
+def test_a_sweep_that_never_fell_has_its_edge_where_it_rose():
+    """A two-layer sigmoid network's sweep stays at ln 10 until its loss blows up: the low of
+    its batch scatter is no edge; where the curve first rises 5% above the plateau is."""
+    flat = _edge_sweep(fall=0.0, edge=0.5, noise=0.01)
+    got = _choose(flat, plain_sgd=True)
+    first_past = next(lr for lr in LRS if lr > 0.5)
+    assert got.kind == "edge" and 0.5 <= got.edge <= first_past * 1.5
+    assert "did not fall" in got.reason
+    assert math.expm1(rules.MIN_FALL) == pytest.approx(0.05, abs=0.002)
+    still = _edge_sweep(fall=0.0, edge=100.0, noise=0.01)        # never rises either
+    nothing = _choose(still, plain_sgd=True)
+    assert nothing.lr is None
+
+
+def test_attention_and_other_optimizers_are_not_probed():
+    raw = _edge_sweep(noise=0.0)
+    probe = _probe(lambda r: 0.1)
+    probe.edge = 1.0
+    assert _choose(raw, plain_sgd=True, attention=True, probe=probe).kind == "edge"
+    assert _choose(raw, probe=probe).kind == "steepest"
+    assert _choose(raw, plain_sgd=True, classification=False, probe=probe).kind == "steepest"
+    assert probe.calls == []
+
+
+def test_the_finder_probes_from_the_initial_weights_and_puts_them_back(monkeypatch):
+    """A linear softmax on separable data with plain SGD: its best rates lie far above the
+    sweep's edge. Every probe starts from the initial weights, the model ends bitwise as it
+    was, and the steps are counted."""
+    from lesson.checks import lr_finder
+
+    x, y = _data(512)
+    torch.manual_seed(0)
+    model = nn.Linear(10, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    at_start = []
+    train_at = lr_finder._train_at
+
+    def spy(m, *args):
+        at_start.append(all(torch.equal(a, b) for a, b in zip(before, m.parameters())))
+        return train_at(m, *args)
+    monkeypatch.setattr(lr_finder, "_train_at", spy)
+    result = find_learning_rate(model, x, y, nn.CrossEntropyLoss(), batch_size=64,
+                                verbose=False)
+    assert result.kind == "edge" and result.suggested_lr >= 2 * result.edge_lr
+    assert len(at_start) >= len(result.probes) >= 3 and all(at_start)
+    assert result.steps_spent == len(result) + 50 * len(at_start) == \
+        len(result) + result.probe_steps
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    off = find_learning_rate(model, x, y, nn.CrossEntropyLoss(), batch_size=64,
+                             probes=False, verbose=False)
+    assert off.probes == [] and off.probe_steps == 0
+    assert off.suggested_lr == pytest.approx(rules.EDGE_SHARE * off.edge_lr)
+
+
+def test_probes_on_batches_too_large_to_keep_train_on_fresh_ones(monkeypatch):
+    """Past PROBE_BATCH_BYTES the probes keep one batch to score on and train on new ones
+    each: the same rule still reads them."""
+    from lesson.checks import lr_finder
+
+    x, y = _data(512)
+    torch.manual_seed(0)
+    kept = find_learning_rate(nn.Linear(10, 2), x, y, CE, batch_size=64, verbose=False)
+    monkeypatch.setattr(lr_finder, "PROBE_BATCH_BYTES", 1)
+    torch.manual_seed(0)
+    fresh = find_learning_rate(nn.Linear(10, 2), x, y, CE, batch_size=64, verbose=False)
+    assert fresh.kind == kept.kind == "edge" and fresh.probes
+    assert fresh.suggested_lr / fresh.edge_lr in [pytest.approx(2.0 ** k) for k in range(-1, 7)]
+
+
 def test_attention_layers_take_a_smaller_share_of_the_edge():
     raw = _edge_sweep()
     plain, attention = _choose(raw, plain_sgd=True), _choose(raw, plain_sgd=True, attention=True)
@@ -368,7 +505,14 @@ def test_the_finder_says_which_rule_and_why(optimizer, criterion, kind):
         result = find_learning_rate(_mlp(), x, y, criterion, optimizer=optimizer,
                                     batch_size=32)
     assert result.kind == kind and result.rule.startswith(kind)
-    assert result.edge_lr is not None and result.suggested_lr <= result.edge_lr
+    assert result.edge_lr is not None
+    if kind == "steepest":
+        assert result.suggested_lr <= result.edge_lr / rules.STEEPEST_CAP * 1.0001
+        assert result.probes == [] and result.probe_steps == 0
+    else:     # probed: a multiple of the edge, from half of it to 64 times it
+        ratio = result.suggested_lr / result.edge_lr
+        assert ratio in [pytest.approx(2.0 ** k) for k in range(-1, 7)]
+        assert result.probes and "probes" in out.getvalue()
     assert f"Rule, {kind}:" in out.getvalue()
 
 

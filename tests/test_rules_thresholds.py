@@ -165,6 +165,23 @@ def test_a_rising_loss_edge_is_ten_percent_over_the_first_quarter():
     assert rules.rule_lr_too_high(Evidence(losses=[1.0] * 3 + [1.5] * 4), TH) == []   # 7 losses
 
 
+def test_a_rising_loss_while_validation_halves_is_a_moving_target():
+    """A GAN generator's loss climbs to ln 2 while its samples reach the data: the training
+    loss rises, the validation loss ends at half its first value or less."""
+    rising = [1.0] * 4 + [1.05] * 4 + [1.11] * 4
+
+    def high(vals):
+        return codes(rules.rule_lr_too_high(Evidence(losses=rising, val_losses=vals), TH))
+    assert high([1.0, 0.3, 0.5]) == []                     # ends at exactly half
+    assert high([1.0, 0.3, 0.51]) == ["LR_TOO_HIGH"]       # the best does not count: the last
+    assert high([0.5]) == ["LR_TOO_HIGH"]                  # one point: no trend
+    assert high([1.0, float("nan"), 0.1]) == ["LR_TOO_HIGH"]
+    assert high([0.0, 0.0]) == ["LR_TOO_HIGH"]
+    blown = [1.0, 2.0, 10.5]                               # a blow-up is never excused
+    assert codes(rules.rule_lr_too_high(Evidence(losses=blown, val_losses=[1.0, 0.1]),
+                                        TH)) == ["LR_TOO_HIGH"]
+
+
 def test_oscillating_without_progress_is_lr_too_high_when_jumps_are_half_the_loss():
     wild = [1.0, 1.6] * 6 + [1.0]    # |diff| 0.6 of level 1.3: 0.46 < 0.5
     wilder = [1.0, 1.8] * 6 + [1.0]  # 0.8 of 1.4: 0.57
@@ -604,6 +621,9 @@ def test_frozen_params_move_edge_is_a_ten_millionth_of_the_norm():
 
 
 # -- LABELS_SHUFFLED -----------------------------------------------------------------------------
+# Without a chance level (a regression, a loss the debugger does not know): the validation
+# loss is judged against the untrained loss (the first training losses, or the first
+# validation loss), and needs three validation points.
 def no_signal(vals, last=0.5, n=40, start=1.0) -> list[str]:
     losses = [start] * (n // 2) + [last] * (n - n // 2)
     return codes(rules.rule_labels_without_signal(Evidence(losses=losses, val_losses=vals), TH))
@@ -624,6 +644,74 @@ def test_labels_without_signal_fire_when_validation_never_leaves_chance():
 def test_labels_without_signal_measure_from_the_higher_of_chance_and_the_first_val_loss():
     assert no_signal([2.0, 1.7, 1.61]) == ["LABELS_SHUFFLED"]     # floor 0.8 x 2.0
     assert no_signal([2.0, 1.7, 1.59]) == []
+
+
+# With a chance level (a classifier): every recorded validation loss at or above 0.9 x the
+# chance level (the validation targets' when known), while the training loss, the mean of the
+# 10 losses before a validation point, had fallen to 0.8 x the training chance level there;
+# quiet when, once below chance, the validation loss still fell by 25% of its first value.
+LN10 = math.log(10)
+
+
+def chance_run(vals, fit=0.5, at=None, n=80, chance=LN10, val_chance=None) -> list[str]:
+    """Training losses at chance for the first half of `n`, then at `fit` x chance;
+    validation losses recorded at `at` (default: evenly, the last at step n)."""
+    losses = [chance] * (n // 2) + [fit * chance] * (n - n // 2)
+    at = at if at is not None else [n * (k + 1) // len(vals) for k in range(len(vals))]
+    ev = Evidence(losses=losses, val_losses=list(vals), val_at=at, chance_loss=chance,
+                  val_chance_loss=val_chance)
+    return codes(rules.rule_labels_without_signal(ev, TH))
+
+
+def test_a_classifier_is_judged_against_its_chance_level_not_its_untrained_loss():
+    assert chance_run([LN10]) == ["LABELS_SHUFFLED"]              # one loss, at the end
+    assert chance_run([LN10, 1.1 * LN10]) == ["LABELS_SHUFFLED"]  # per epoch, from epoch 1
+    assert chance_run([0.9 * LN10]) == ["LABELS_SHUFFLED"]        # exactly at the margin
+    assert chance_run([0.899 * LN10]) == []                       # 10.1% below chance
+    assert chance_run([LN10, 0.899 * LN10, LN10]) == []           # below it once is enough
+    # the untrained-loss rule's conditions no longer apply: one validation point suffices,
+    # and a first validation loss far above chance is no floor
+    assert chance_run([3 * LN10, 2.5 * LN10, 2.4 * LN10]) == ["LABELS_SHUFFLED"]
+
+
+def test_the_validation_chance_level_is_the_validation_targets():
+    assert chance_run([0.95], val_chance=1.0) == ["LABELS_SHUFFLED"]
+    assert chance_run([0.89], val_chance=1.0) == []
+    assert chance_run([0.89 * LN10]) == []                       # unknown: the training level
+
+
+def test_the_training_loss_must_reach_eight_tenths_of_chance():
+    assert chance_run([LN10], fit=0.8) == ["LABELS_SHUFFLED"]
+    assert chance_run([LN10], fit=0.81) == []
+    assert chance_run([LN10], fit=1.0) == []                      # never below chance
+
+
+def test_the_training_level_is_the_mean_of_the_ten_losses_before_each_point():
+    # at step 50 the last ten losses are all fitted (0.5 x chance); at step 44 four of
+    # them are, a mean of 0.8 x chance exactly: still fitted
+    assert chance_run([LN10], at=[50]) == ["LABELS_SHUFFLED"]
+    assert chance_run([LN10], at=[44]) == ["LABELS_SHUFFLED"]
+    assert chance_run([LN10], at=[43]) == []                     # 3 of 10: 0.85 x chance
+    assert chance_run([LN10], at=[40]) == []                     # nothing fitted yet
+    assert chance_run([LN10], at=[0]) == []                      # before any training loss
+
+
+def test_a_validation_loss_that_keeps_falling_after_the_fit_is_not_at_chance():
+    first = 10 * LN10                                            # summed over ten batches
+    assert chance_run([first, 0.751 * first], at=[50, 80]) == ["LABELS_SHUFFLED"]
+    assert chance_run([first, 0.749 * first], at=[50, 80]) == []
+    # what it did before the fit does not count: from 2x to 1x chance while still at chance
+    assert chance_run([2 * LN10, LN10, LN10], at=[20, 50, 80]) == ["LABELS_SHUFFLED"]
+
+
+def test_the_chance_rule_needs_eight_finite_losses_and_a_step_per_point():
+    assert chance_run([LN10], n=8) == ["LABELS_SHUFFLED"]
+    assert chance_run([LN10], n=7) == []
+    assert chance_run([LN10, LN10], at=[80]) == []               # steps missing
+    assert chance_run([LN10, math.nan]) == []
+    assert chance_run([LN10], chance=0.0) == []                  # a single class
+    assert chance_run([LN10], val_chance=0.0) == []
+    assert chance_run([]) == []
 
 
 # -- evaluate ----------------------------------------------------------------------------------

@@ -7,10 +7,11 @@ with an exponential moving average (bias-corrected, so the first points are not 
 when the loss stops being a finite number (those points are not kept).
 
 Which rate to pick depends on what was swept (`lesson.checks.lr_suggestion`): plain SGD on a
-classification loss calls for a rate close to the edge of stability the sweep shows, anything
-else for the smoothed loss's steepest descent, capped at a third of the edge; the result says
-which rule, and why. The model and the optimizer are put back exactly as they were
-afterwards, also when the sweep raises or is interrupted.
+classification loss calls for a rate near the edge of stability the sweep shows or above it,
+chosen by short trainings at multiples of the edge (probes); anything else for the smoothed
+loss's steepest descent, capped at a third of the edge; the result says which rule, and why.
+The model and the optimizer are put back exactly as they were afterwards, also when the sweep
+or a probe raises or is interrupted.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ from lesson.restore import preserved, require_batch, require_module, require_par
 Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: the criterion kinds of a classification loss (lesson.debugger.loss_inputs)
 CLASSIFICATION = (CLASS_LOGITS, CLASS_LOG_PROBS, BINARY_LOGITS, BINARY_PROBS)
+#: the probes are scored on the batches the first one trained on, as many as fit in this many
+#: bytes, and all train on them when all fit (digits: 50 x 64 x 64 floats, 0.8 MB); with
+#: larger batches each probe trains on batches of its own
+PROBE_BATCH_BYTES = 256 * 2 ** 20
 
 
 class LRFinderResult(list):
@@ -40,7 +45,8 @@ class LRFinderResult(list):
 
     def __init__(self, pairs: Iterable[tuple[float, float]], smoothed: list[float],
                  suggested_lr: float | None, rule: str, stopped: str,
-                 kind: str | None = None, edge_lr: float | None = None):
+                 kind: str | None = None, edge_lr: float | None = None,
+                 probes: Iterable[tuple[float, float]] = (), probe_steps: int = 0):
         super().__init__(pairs)
         self.smoothed_losses = smoothed
         self.suggested_lr = suggested_lr
@@ -48,6 +54,13 @@ class LRFinderResult(list):
         self.kind = kind
         self.edge_lr = edge_lr    # the edge of stability the suggestion was read against
         self.stopped = stopped  # why the sweep ended: "end_lr", "diverged" or "nonfinite"
+        self.probes = list(probes)      # EDGE's short trainings: (rate, mean of last losses)
+        self.probe_steps = probe_steps  # optimizer steps they took, beyond the sweep's
+
+    @property
+    def steps_spent(self) -> int:
+        """Optimizer steps the finder took: the sweep's and the probes'."""
+        return len(self) + self.probe_steps
 
     @property
     def lrs(self) -> list[float]:
@@ -139,9 +152,14 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
                        end_lr: float = 10, steps: int = 100, *, optimizer: Any = "sgd",
                        batch_size: int | None = None, beta: float = 0.85,
                        diverge_factor: float = 4.0, skip_start: int = 10,
-                       verbose: bool = True) -> LRFinderResult:
+                       probes: bool = True, verbose: bool = True) -> LRFinderResult:
     """Sweep the learning rate from `start_lr` to `end_lr` over `steps` optimizer steps and
-    suggest one (rule: `suggest_lr`). Returns the `(lr, loss)` pairs as a list.
+    suggest one (rules: `lesson.checks.lr_suggestion.choose_lr`). Returns the `(lr, loss)`
+    pairs as a list, with the suggestion, the rule and why (see LRFinderResult).
+
+    Plain SGD on a classification loss is probed (`probes=False`: not): a few short
+    trainings at multiples of the sweep's edge of stability, each from the initial weights
+    (at most 8 x 50 steps, usually 4 or 5).
 
     Data: tensors `x_data`, `y_data` (the whole set each step, as in the lesson, or slices of
     `batch_size`), or a DataLoader as `x_data` with `y_data=None`. `optimizer`: "sgd" (the
@@ -166,19 +184,48 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
 
     user_optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     params = [p for p in model.parameters() if p.requires_grad]
+    batches = _batches(x_data, y_data, batch_size)
+    spent, kept, room = [0], [], [PROBE_BATCH_BYTES]
+
+    def drawn(n: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """`n` fresh batches, the first ones kept while they fit in PROBE_BATCH_BYTES (the
+        first one always)."""
+        for _ in range(n):
+            batch = next(batches)
+            room[0] -= sum(t.element_size() * t.nelement() for t in batch
+                           if isinstance(t, torch.Tensor))
+            if room[0] >= 0 or not kept:       # at least one to score on
+                kept.append(batch)
+            yield batch
+
+    def probe(lr: float, n: int) -> float:
+        """Each probe from the initial weights and scored on the same batches; trained on
+        them too when all `n` fit in PROBE_BATCH_BYTES (the probes then differ only by their
+        rate), else on fresh ones."""
+        same = spent[0] > 0 and len(kept) >= n
+        with preserved(model, user_optimizer):
+            out = _train_at(model, _make_optimizer(optimizer, params, lr),
+                            kept[:n] if same else drawn(n) if not spent[0] else
+                            (next(batches) for _ in range(n)), kept, criterion, lr)
+        spent[0] += n
+        return out
+
     with preserved(model, user_optimizer):
-        opt = _make_optimizer(optimizer, params, start_lr)
-        plain_sgd = type(opt) is torch.optim.SGD and not any(
-            g.get("momentum", 0) for g in opt.param_groups)
-        lrs, losses, stopped = _sweep(model, opt, _batches(x_data, y_data, batch_size),
-                                      criterion, start_lr, end_lr, steps, beta, diverge_factor)
-    smoothed = smooth(losses, beta)
-    choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
-                       classification=criterion_kind(criterion) in CLASSIFICATION,
-                       attention=any(isinstance(m, nn.MultiheadAttention)
-                                     for m in model.modules()))
+        with preserved(model, user_optimizer):     # the sweep ends where the rate blew up
+            opt = _make_optimizer(optimizer, params, start_lr)
+            plain_sgd = type(opt) is torch.optim.SGD and not any(
+                g.get("momentum", 0) for g in opt.param_groups)
+            lrs, losses, stopped = _sweep(model, opt, batches, criterion, start_lr, end_lr,
+                                          steps, beta, diverge_factor)
+        smoothed = smooth(losses, beta)
+        choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
+                           classification=criterion_kind(criterion) in CLASSIFICATION,
+                           attention=any(isinstance(m, nn.MultiheadAttention)
+                                         for m in model.modules()),
+                           probe=probe if probes else None)
     result = LRFinderResult(zip(lrs, losses), smoothed, choice.lr, choice.reason, stopped,
-                            kind=choice.kind, edge_lr=choice.edge)
+                            kind=choice.kind, edge_lr=choice.edge, probes=choice.probes,
+                            probe_steps=spent[0])
     if verbose:
         _print(result, start_lr)
     return result
@@ -216,13 +263,39 @@ def _sweep(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator, crit
     return lrs, losses, "end_lr"
 
 
+def _train_at(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterable,
+              score_on: list, criterion: Criterion, lr: float) -> float:
+    """One step per batch of `batches` at the fixed rate `lr`, then the final weights' mean
+    loss on the batches of `score_on` (no gradients); inf when a loss was not finite (read
+    from the device once)."""
+    model.train()
+    device = next(p for p in model.parameters()).device
+    for group in opt.param_groups:
+        group["lr"] = lr
+    finite = torch.ones((), dtype=torch.bool, device=device)
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+        finite = finite & torch.isfinite(loss.detach())
+    with torch.no_grad():
+        end = torch.stack([criterion(model(x.to(device)), y.to(device)).float()
+                           for x, y in score_on]).mean()
+    score, ok = float(end), bool(finite)
+    return score if ok and math.isfinite(score) else math.inf
+
+
 def _print(result: LRFinderResult, start_lr: float) -> None:
     print("\n=== LEARNING RATE FINDER ===")
     if len(result) < 10:
         print("  Could not complete LR sweep -- loss diverged too quickly")
         return
     print(f"  Swept {len(result)} steps from {start_lr:.0e} to {result.lrs[-1]:.0e} "
-          f"(stopped: {result.stopped})")
+          f"(stopped: {result.stopped})"
+          + (f"; then {len(result.probes)} probes, {result.probe_steps} steps"
+             if result.probe_steps else ""))
     i = int(np.argmin(result.smoothed_losses))
     print(f"  Minimum smoothed loss {result.smoothed_losses[i]:.4f} at lr={result.lrs[i]:.2e}")
     if result.suggested_lr is None:

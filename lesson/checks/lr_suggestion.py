@@ -3,13 +3,17 @@
 Two rules, because no one rule serves both kinds of task (`benchmarks/bench_lr_finder.py --set
 all` measures them against grid searches of trainings of 50 to 2000 steps):
 
-* EDGE, for plain SGD (no momentum) on a classification loss: 0.9 times the edge of
-  stability, where the sweep's loss bottomed out. Without momentum or adaptive steps each
-  step's progress grows with the rate as long as the rate is stable, and a classifier's
-  curvature falls as it grows confident (the softmax saturates), so a rate that survives the
-  first steps stays stable: over hundreds of steps the rate that trains best sits near the
-  edge, even above it. STEEPEST's third of the edge was 3-4x too low for a tanh network, a
-  wide MLP and a CNN trained 500-2000 steps.
+* EDGE, for plain SGD (no momentum) on a classification loss: the sweep's edge of stability
+  (where its loss bottomed out), then short trainings from the initial weights at 0.5, 1,
+  2, 4, ... times it (PROBE_STEPS each): the largest rate that trains nearly as well as the
+  best of them. Without momentum or adaptive steps each step's progress grows with the rate
+  as long as the rate is stable, and a classifier's curvature falls as it grows confident
+  (the softmax saturates), so the rate that trains best over hundreds of steps sits near the
+  edge the sweep saw, or above it: 0.6-2x for ReLU and tanh networks, 6-20x for a sigmoid
+  network or a linear softmax, whose output layer alone sets the sweep's edge and recovers
+  from it (its logits grow, the softmax saturates). The sweep cannot tell these apart (it
+  crosses each rate in one step); 50 steps at a fixed rate can. Without a way to train
+  (a sweep read from a file), 0.9 x the edge.
 * STEEPEST, for anything else: the rate where the smoothed loss falls fastest, capped at a
   third of the edge. Adam and momentum make their best progress well below the rate their
   sweep blows up at; a regression's curvature does not fall as it learns, and SGD's noise
@@ -24,8 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
+
+Probe = Callable[[float, int], float]
+"""probe(lr, steps): train `steps` steps at the fixed rate `lr` from the sweep's initial
+weights (put back afterwards) and return the final weights' mean loss on the batches every
+probe is scored on (inf when a loss was not finite)."""
 
 # -- STEEPEST --------------------------------------------------------------------------------
 SUSTAINED_SPIKE = 2
@@ -65,29 +75,60 @@ EDGE_RISE = 1 / 3
 (or a raw loss jumps back above the plateau). A loss still falling when the sweep reached
 end_lr shows none, and 0.9 x end_lr would be a guess."""
 
-EDGE_SHARE = 0.9
-"""EDGE: the suggestion is this share of the edge. On the benchmark's tuning tasks of that
-kind (plain SGD on a classification loss, 50-2000 steps; MLP, CNN, tanh networks; two
-initialisations each) the grid's best rate lies between 0.41 and 2.1 times the edge: 0.9
-is within 3x of all of them with a margin of 1.3x either side..."""
+MIN_FALL = 0.05
+"""A sweep whose loss curve fell by less than this (in log: 5%) below its plateau shows no
+fall whose bottom could be the edge of stability (its low is batch scatter: a two-layer
+sigmoid network's sweep that stayed at ln 10 put it at 2e-4); its edge is then where the
+curve first rises this much above the plateau (0.9 there)."""
 
-ATTENTION_SHARE = 0.4
-"""...except in a network with attention layers, whose stable rate falls as training goes on
-(attention logits grow: Wortsman et al., 2023, "Small-scale proxies for large-scale
-Transformer training instabilities"), later than a 100-step sweep sees: a transformer trained
-with plain SGD diverged after 300 of its 1000 steps at 0.7 x the sweep's edge; 0.4 x the
-edge trained it well on both initialisations measured."""
+EDGE_SHARE = 0.9
+"""EDGE without probes (a sweep read from a file): the suggestion is this share of the edge.
+On the benchmark's ReLU and tanh tasks of that kind the grid's best rate lies between 0.4 and
+2.1 times the edge (sigmoid and linear networks: 6-20x, which only probes find)."""
+
+PROBE_STEPS = 50
+"""EDGE's probes: each trains this many steps at one fixed rate, from the initial weights..."""
+PROBE_FIRST = 0.5
+"""...the first at this share of the edge, each next one at PROBE_GROWTH times the last..."""
+PROBE_GROWTH = 2.0
+PROBE_MAX = 8
+"""...at most this many (the last at 64 x the edge); each is scored by the loss of its final
+weights, averaged over the batches it trained on (the same batches for every probe: they
+differ by their rate only). The mean of its last batch losses instead averages the spikes
+along the way: on a linear softmax the probes' order changed with which batches they saw."""
+PROBE_KEEP = 0.9
+"""The suggestion is the largest probed rate whose training made at least this share of the
+best probe's progress (the fall from the untrained loss to its score): among rates that
+train about as well over 50 steps, the largest goes furthest over hundreds (on the
+benchmark's ReLU, tanh, sigmoid and linear tasks of that kind the grid's best rate over
+200-2000 steps was never below half the best probe's). Probing stops at the first rate that
+blows up or ends no lower than the untrained loss, or after PROBE_PATIENCE rates in a row
+that made less progress than that..."""
+PROBE_RATIO = 2.0
+"""...or ended above this many times the best score: where the best probe gets the loss
+near 0, every rate that trains at all makes 90% of its fall (a separable task trained
+full-batch: 0.017 against the best 0.0067, at a rate whose double diverged)."""
+PROBE_PATIENCE = 2
+
+ATTENTION_SHARE = 0.5
+"""With attention layers, no probes: this share of the edge. Their stable rate falls as
+training goes on (attention logits grow: Wortsman et al., 2023, "Small-scale proxies for
+large-scale Transformer training instabilities"), later than a sweep or a probe sees: a
+transformer trained with plain SGD diverged after 300 of its 1000 steps at 0.7 x the sweep's
+edge, and trained best at 0.3 x it over 1000 steps, at 1.3 x over 500."""
 
 
 @dataclass(frozen=True)
 class Suggestion:
     """A suggested rate (None: the loss never went down), the rule that chose it ("edge" or
-    "steepest"), why, in words, and the edge of stability it was read against."""
+    "steepest"), why, in words, the edge of stability it was read against, and the probes
+    that chose it (EDGE with a way to train)."""
 
     lr: float | None
     kind: str | None
     reason: str
     edge: float | None = None
+    probes: tuple[tuple[float, float], ...] = ()    # EDGE's probes: (rate, score)
 
 
 def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
@@ -110,11 +151,13 @@ def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
 
 def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
               raw: list[float] | None = None, *, plain_sgd: bool = False,
-              classification: bool = False, attention: bool = False) -> Suggestion:
+              classification: bool = False, attention: bool = False,
+              probe: Probe | None = None) -> Suggestion:
     """Which rule the sweep calls for, and its suggestion. `smoothed` is the smoothed loss,
     `raw` the raw one (the smoothed one when not given); what the sweep ran: `plain_sgd` (SGD
     without momentum), `classification` (a classification loss: cross-entropy, NLL, BCE),
-    `attention` (a network with attention layers). The rules are the module's."""
+    `attention` (a network with attention layers); `probe` trains at a fixed rate (EDGE's
+    probes; without it EDGE takes EDGE_SHARE of the edge). The rules are the module's."""
     n = len(lrs)
     if len(smoothed) != n or (raw is not None and len(raw) != n):
         raise ValueError(f"lrs, smoothed and raw must have the same length, got {n}, "
@@ -122,6 +165,7 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
     if n < skip_start + 3:
         return Suggestion(None, None, "too few points after the first ones")
     raw = smoothed if raw is None else raw
+    probes: tuple[tuple[float, float], ...] = ()
     if not plain_sgd:
         why_not = "the sweep ran Adam or SGD with momentum, whose best rates sit well below " \
                   "the edge their sweep shows"
@@ -130,15 +174,19 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
                   "does not fall as it learns)"
     else:
         edge = edge_rule(lrs, raw, skip_start, attention)
-        if edge.lr is not None:
+        if edge.lr is not None and (probe is None or attention):
             return edge
-        why_not = edge.reason
+        if edge.lr is not None:
+            edge = probe_rule(edge, probe, float(np.median(raw[:max(skip_start, 1)])))
+            if edge.lr is not None:
+                return edge
+        why_not, probes = edge.reason, edge.probes
     lr, edge_lr = steepest_rule(lrs, smoothed, skip_start, raw)
     if lr is None:
         return Suggestion(None, None, "the loss never went down")
     return Suggestion(lr, "steepest", f"steepest: {why_not}; the steepest descent of the "
                       f"smoothed loss, at most the edge of stability ({edge_lr:.2g}) / "
-                      f"{STEEPEST_CAP:g}", edge_lr)
+                      f"{STEEPEST_CAP:g}", edge_lr, probes=probes)
 
 
 def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
@@ -192,12 +240,25 @@ def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
     the loss really bottomed out, not where a lagging average did. The edge is that low, or
     earlier the first step past half the fall whose raw loss is back above the plateau (as in
     STEEPEST), refined to the bottom of a parabola through the low's neighbours
-    (VERTEX_SPAN)."""
+    (VERTEX_SPAN); where the curve never fell by MIN_FALL, the first step it rose that much
+    above its plateau."""
     losses = np.asarray(raw, dtype=float)
     if not np.all(losses > 0):
         return Suggestion(None, None, "the loss reached 0 or below, which has no log scale")
     curve = _centred_median(np.log(losses), CURVE_WINDOW)
     log_lr = np.log10(np.asarray(lrs, dtype=float))
+    share = ATTENTION_SHARE if attention else EDGE_SHARE
+    flat = float(np.median(curve[skip_start:skip_start + 10]))
+    if flat - float(np.min(curve[skip_start:])) < MIN_FALL:
+        rise = next((i for i in range(skip_start, len(curve)) if curve[i] > flat + MIN_FALL),
+                    None)
+        if rise is None:
+            return Suggestion(None, None, "the loss neither fell nor rose in the sweep")
+        return Suggestion(share * float(lrs[rise]), "edge",
+                          f"edge: plain SGD on a classification loss, which did not fall in "
+                          f"the sweep (by less than {math.expm1(MIN_FALL):.0%}) and rose above "
+                          f"its plateau at {lrs[rise]:.2g}, the edge of stability: "
+                          f"{share:g} x the edge", float(lrs[rise]))
     i_min = skip_start + int(np.argmin(curve[skip_start:]))
     if i_min <= skip_start:
         return Suggestion(None, None, "the loss never went down")
@@ -215,7 +276,6 @@ def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
         return Suggestion(None, None, "the loss was still falling at the end of the sweep, "
                           "so there is no edge of stability to read (a higher end_lr shows it)")
     edge_lr = float(lrs[spike]) if spike is not None else _vertex(curve, log_lr, i_min)
-    share = ATTENTION_SHARE if attention else EDGE_SHARE
     why = ("the network holds attention layers, whose stable rate falls later in training "
            "than a sweep sees" if attention else "its curvature falls as it grows confident, "
            "so the rate that trains best sits close to the edge")
@@ -223,6 +283,54 @@ def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
                       f"edge: plain SGD on a classification loss, which fell to "
                       f"{math.exp(-drop):.0%} of its plateau before the edge of stability "
                       f"({edge_lr:.2g}) stopped it; {why}: {share:g} x the edge", edge_lr)
+
+
+def probe_rule(edge: Suggestion, probe: Probe, untrained: float) -> Suggestion:
+    """EDGE, probed: train PROBE_STEPS steps at PROBE_FIRST x the edge, then PROBE_GROWTH
+    times more each time (PROBE_MAX at most); the largest rate whose score (its final
+    weights' mean loss on the batches it trained on) made PROBE_KEEP of the best score's
+    fall from `untrained` and is within PROBE_RATIO of it. Stops at the first
+    rate that blows up or ends no lower than `untrained` (the sweep's first losses), or after
+    PROBE_PATIENCE rates in a row fell short of that. Suggestion(None, ...) and
+    the reason when even the first probe did not train."""
+    assert edge.edge is not None
+    scores: list[tuple[float, float]] = []
+    best, worse = math.inf, 0
+    for k in range(PROBE_MAX):
+        lr = edge.edge * PROBE_FIRST * PROBE_GROWTH ** k
+        score = probe(lr, PROBE_STEPS)
+        if not score < untrained:
+            break
+        scores.append((lr, score))
+        if score < best:
+            best, worse = score, 0
+        elif not _kept(score, best, untrained):
+            worse += 1
+            if worse >= PROBE_PATIENCE:
+                break
+    if not scores:
+        return Suggestion(None, None, f"a training at {PROBE_FIRST:g} x the edge of stability "
+                          f"({edge.edge:.2g}) did not bring the loss below its untrained "
+                          f"{untrained:.3g} in {PROBE_STEPS} steps", edge.edge,
+                          probes=tuple(scores))
+    bar = min(untrained - PROBE_KEEP * (untrained - best), PROBE_RATIO * best)
+    lr, score = max((p for p in scores if _kept(p[1], best, untrained)), key=lambda p: p[0])
+    tried = ", ".join(f"{r / edge.edge:.3g}x: {v:.3g}" for r, v in scores)
+    return Suggestion(lr, "edge",
+                      f"edge: plain SGD on a classification loss, whose curvature falls as it "
+                      f"grows confident, so the rate that trains best sits near the sweep's "
+                      f"edge of stability ({edge.edge:.2g}) or above it; {PROBE_STEPS} steps "
+                      f"at multiples of the edge took the loss from {untrained:.3g} to "
+                      f"{tried}: the largest rate that made {PROBE_KEEP:.0%} of the best "
+                      f"probe's fall (to {bar:.3g} or lower) is {lr / edge.edge:.3g} x the "
+                      f"edge",
+                      edge.edge, probes=tuple(scores))
+
+
+def _kept(score: float, best: float, untrained: float) -> bool:
+    """Did a probe that ended at `score` make PROBE_KEEP of the best probe's fall from
+    `untrained`, and end within PROBE_RATIO of it?"""
+    return score <= untrained - PROBE_KEEP * (untrained - best) and score <= PROBE_RATIO * best
 
 
 def _fall_start(curve: np.ndarray, skip_start: int, i_min: int, plateau: float,
