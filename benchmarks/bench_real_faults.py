@@ -90,8 +90,9 @@ PROTOCOL_SOURCES = ("__init__.py", "findings.py", "restore.py", "debugger", "dat
 
 def fingerprint(fault: Fault) -> str:
     """A digest of every source a fault's result depends on: the library's protocol sources
-    (PROTOCOL_SOURCES), the shared data sets, the harness and the fault's own file. A change
-    to any of them reruns it."""
+    (PROTOCOL_SOURCES), the shared data sets, the harness and the other modules of
+    `real_faults` that hold no fault (data and models the faults share), and the fault's own
+    file. A change to any of them reruns it."""
     return _digest([*_shared_sources(), Path(sys.modules[fault.build.__module__].__file__)])
 
 
@@ -101,8 +102,9 @@ def _shared_sources() -> tuple[Path, ...]:
     files = [f for part in PROTOCOL_SOURCES for f in
              (sorted((lesson / part).rglob("*.py")) if (lesson / part).is_dir()
               else [lesson / part])]
-    return (*files, ROOT / "broken_models" / "datasets.py",
-            Path(sys.modules[run.__module__].__file__))
+    helpers = [p for p in sorted(Path(sys.modules[run.__module__].__file__).parent.glob("*.py"))
+               if p.stem not in FAULTS]       # the harness, the shared languages and models
+    return (*files, ROOT / "broken_models" / "datasets.py", *helpers)
 
 
 def _digest(files: list[Path]) -> str:

@@ -25,7 +25,9 @@ from lesson import (Finding, NetworkDebugger, check_batch_independence, locate_n
                     overfit_one_batch, validate_data)
 
 #: Humbatova et al. (ICSE 2020), "Taxonomy of Real Faults in Deep Learning Systems": top groups
-GROUPS = ("model", "tensors and inputs", "training", "API")
+GROUPS = ("model", "tensors and inputs", "training", "API", "sequence")
+"""...and `sequence`: faults of sequence and language models (attention masks, padding, targets
+and their shift, accumulation over token counts), whatever their place in that taxonomy."""
 
 Step = Callable[["Script", Callable[..., torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
 Evaluate = Callable[["Script", torch.Tensor, torch.Tensor], torch.Tensor]
@@ -154,7 +156,8 @@ def _score(s: Script, predict: Callable[[torch.Tensor], torch.Tensor], x: torch.
         return float(1 - ((out - y) ** 2).mean() / y.var(0).mean())
     if out.dim() == 1 or out.shape[-1] == 1:
         return float(((out.reshape(-1) > 0.5).long() == y).float().mean())
-    return float((out.argmax(-1) == y).float().mean())
+    counted = y >= 0                    # token targets: -100 marks the ones no loss counts
+    return float((out.argmax(-1) == y)[counted].float().mean())
 
 
 def run(fault: Fault, bug: bool, seed: int = 0) -> Result:
@@ -208,10 +211,11 @@ def run(fault: Fault, bug: bool, seed: int = 0) -> Result:
         s_eval = [float(s.evaluate(s, d.x_val, d.y_val)) for _ in range(2)]
         s.model.eval()
         try:
-            findings += check_batch_independence(s.model, d.x_val[:16].float()
-                                                 if s.batch_dim == 0 else d.x_val[:, :16].float(),
-                                                 batch_dim=s.batch_dim)
-        except (TypeError, ValueError) as exc:   # e.g. token ids: the check cannot run
+            probe = d.x_val[:16] if s.batch_dim == 0 else d.x_val[:, :16]
+            findings += check_batch_independence(
+                s.model, probe.float() if probe.is_floating_point() else probe,
+                batch_dim=s.batch_dim)
+        except (TypeError, ValueError) as exc:   # token ids: the check cannot run on them
             errors.append(f"check_batch_independence: {exc}")
         if first_bad is None and _fell(dbg.loss_history) < STALLED:
             try:    # the loss did not fall: the lesson's next step is to overfit one batch
@@ -225,8 +229,10 @@ def run(fault: Fault, bug: bool, seed: int = 0) -> Result:
             probe.train()
             findings += locate_nonfinite(probe, first_bad[1], first_bad[2], s.loss)
     moved = {n: not torch.equal(before[n], p.detach()) for n, p in s.model.named_parameters()}
+    labels = d.y_val.long().flatten()
+    labels = labels[labels >= 0]                 # per-token targets: -100 is no label
     chance = 0.0 if s.task == "regression" else float(
-        torch.bincount(d.y_val.long()).max() / len(d.y_val))
+        torch.bincount(labels).max() / len(labels))
     return Result(losses=dbg.loss_history, val_losses=list(dbg.val_loss_history),
                   train_score=train_score, val_score=val_score, chance=chance,
                   eval_repeatable=repeatable, batch_consistent=consistent,
