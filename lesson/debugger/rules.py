@@ -270,11 +270,6 @@ class Evidence:
     #: its nn.Transformer*Layers normalise after the residual (True), before it (False), or
     #: there are none to tell (None: hand-written blocks)
     post_ln: bool | None = None
-    #: a classifier's chance-level loss (the training prior's entropy, or ln C); None when
-    #: the run is not classification or its criterion is unknown
-    chance_loss: float | None = None
-    #: the same for the validation targets (their class shares' entropy), when seen
-    val_chance_loss: float | None = None
     #: entropy (nats) of the loss's targets' own frequencies: a model that ignores its input
     marginal_entropy: float | None = None
 
