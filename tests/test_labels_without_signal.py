@@ -147,12 +147,13 @@ def test_a_weighted_criterion_is_judged_against_ln_c():
     assert run["chance"] == pytest.approx(math.log(3)) and run["val_chance"] is None
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_run_that_overfits_is_overfitting_not_shuffled(seed):
-    """100 training samples, a wide net, 600 steps: the validation loss rises above its best
-    (OVERFITTING) but was far below chance before."""
-    run = train(seed, shuffled=False, record="steps", n_train=100, hidden=512, steps=600)
-    assert run["vals"][-1] > min(run["vals"]) and min(run["vals"]) < 0.3 * math.log(10)
+    """50 training samples, a wide net, 600 steps: the validation loss rises above its best
+    (OVERFITTING) but was far below chance before. (With 100 samples the rise on seeds 1 and
+    2 was 3-6%, too little to call overfitting.)"""
+    run = train(seed, shuffled=False, record="steps", n_train=50, hidden=512, steps=600)
+    assert run["vals"][-1] > min(run["vals"]) and min(run["vals"]) < 0.5 * math.log(10)
     assert "LABELS_SHUFFLED" not in run["codes"]
     assert "OVERFITTING" in run["codes"]
 
