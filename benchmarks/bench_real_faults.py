@@ -83,7 +83,7 @@ def parse_seeds(text: str) -> list[int]:
 #: the lesson/ sources the protocol runs: the package loads its tools lazily, and these are
 #: all a run imports (tests/test_real_faults.py checks it); a change elsewhere in lesson/ (the
 #: course, the LR finder, the gradient check) leaves every result as it was
-PROTOCOL_SOURCES = ("__init__.py", "findings.py", "restore.py", "debugger", "data",
+PROTOCOL_SOURCES = ("__init__.py", "findings.py", "restore.py", "sections.py", "debugger", "data",
                     "production", "checks/__init__.py", "checks/overfit.py",
                     "checks/batch_independence.py")
 
