@@ -70,3 +70,22 @@ def test_two_identical_rows_with_different_labels_conflict():
     x = np.array([[0.5, -0.5], [0.5, -0.5]])
     found = codes(validate_data(x, np.array([0, 1])))
     assert found["CONFLICTING_LABELS"].evidence["groups"] == 1
+
+
+def test_targets_per_position_are_not_class_labels():
+    """Token ids per time step (a language model's targets) have the language's frequencies,
+    not a sampling choice: no CLASS_IMBALANCE, and no label is read from them; one-hot rows
+    and (n, 1) labels are still labels."""
+    import torch
+    from lesson import validate_data
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 8, generator=g)
+    zipf = torch.multinomial(1 / torch.arange(1.0, 41.0), 200 * 16, replacement=True,
+                             generator=g).view(200, 16)
+    assert validate_data(x, zipf) == []
+    assert validate_data(x, zipf.view(200, 4, 4)) == []
+    skewed = torch.zeros(200, dtype=torch.long)
+    skewed[:5] = 1
+    for labels in (skewed, skewed.view(200, 1), torch.nn.functional.one_hot(skewed, 2)):
+        assert [f.code for f in validate_data(x, labels)] == ["CLASS_IMBALANCE"]

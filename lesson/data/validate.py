@@ -92,12 +92,25 @@ def _load(x: Any, y: Any, split: str) -> tuple[np.ndarray, np.ndarray | None]:
     ys = _to_numpy(y, f"y_{split}")
     if ys.ndim == 0:
         raise ValueError(f"y_{split} must hold one label per row, got a scalar")
-    if ys.ndim == 2 and ys.shape[1] > 1:
-        ys = ys.argmax(axis=1)  # one-hot or probabilities -> class index
-    ys = ys.reshape(ys.shape[0], -1)[:, 0] if ys.ndim > 1 else ys
     if ys.shape[0] != xs.shape[0]:
         raise ValueError(f"x_{split} has {xs.shape[0]} rows but y_{split} has {ys.shape[0]}")
-    return xs, ys
+    if _per_position(ys):
+        return xs, None
+    if ys.ndim == 2 and ys.shape[1] > 1:
+        ys = ys.argmax(axis=1)  # one-hot or probabilities -> class index
+    return xs, (ys.reshape(ys.shape[0], -1)[:, 0] if ys.ndim > 1 else ys)
+
+
+def _per_position(ys: np.ndarray) -> bool:
+    """Targets with a label per position (a token per time step, a class per pixel), not per
+    sample: integer ids beyond 0/1 in two or more axes, or labels of three or more axes. Their
+    class frequencies are the language's or the image's, and no sample has one label, so the
+    label checks leave them alone."""
+    if ys.ndim < 2 or all(n == 1 for n in ys.shape[1:]):
+        return False
+    if ys.ndim > 2:
+        return True
+    return bool(np.issubdtype(ys.dtype, np.integer) and ys.size and ys.max() > 1)
 
 
 def _class_labels(y: np.ndarray | None) -> np.ndarray | None:
