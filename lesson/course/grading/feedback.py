@@ -95,12 +95,14 @@ def generate_feedback(root: Path, url: str, assignments: list[str]) -> list[str]
 
 def hidden_source(solution: Path, release: Path) -> set[str]:
     """The lines of a solution's hidden tests worth looking for in a page: not blank, not
-    shorter than 7 characters, and not a line the release shows as well."""
+    shorter than 7 characters, and not part of a line shown elsewhere (in the release, or in
+    the solution outside its hidden tests: a student's page shows their own answer, which may
+    hold the same call as a hidden test)."""
     import nbformat
 
-    shown = {ln.strip() for c in nbformat.read(release, as_version=4).cells
-             for ln in c.source.splitlines()}
     markers = ClearHiddenTests()
+    shown = [ln.strip() for c in nbformat.read(release, as_version=4).cells
+             for ln in c.source.splitlines()]
     found: set[str] = set()
     for cell in nbformat.read(solution, as_version=4).cells:
         inside = False
@@ -109,9 +111,12 @@ def hidden_source(solution: Path, release: Path) -> set[str]:
                 inside = True
             elif markers.end_test_delimeter in line:
                 inside = False
-            elif inside and len(line.strip()) > 6 and line.strip() not in shown:
-                found.add(line.strip())
-    return found
+            elif inside:
+                if len(line.strip()) > 6:
+                    found.add(line.strip())
+            else:
+                shown.append(line.strip())
+    return {ln for ln in found if not any(ln in other for other in shown)}
 
 
 def page_text(page: Path) -> str:

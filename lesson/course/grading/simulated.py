@@ -7,9 +7,13 @@ nbgrader's Execute) each of them takes points it did not earn.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import textwrap
 from pathlib import Path
 
+from broken_models import CATALOGUE
 from lesson.course.learner.clinics import find_clinic_case
 
 #: the assignments the class hands in (the fastest notebooks of the course)
@@ -17,47 +21,20 @@ ASSIGNMENTS = {"ex1_exploding_gradients": "exploding_gradients",
                "ex5_gradient_check": "gradient_check",
                "clinic1_not_learning": "not_learning"}
 
-_BROKEN_MZG = '''def repaired_missing_zero_grad(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
+def _broken(case: str, *edits: tuple[str, str]) -> str:
+    """The case's broken script as the clinic prints it, renamed `repaired_<case>`, with
+    `edits` (old, new) applied: answers written against the script the student is shown."""
+    module = importlib.import_module(CATALOGUE[case].module)
+    source = textwrap.dedent(inspect.getsource(module.train_broken))
+    for old, new in edits:
+        if old not in source:
+            raise ValueError(f"{case}'s broken script no longer holds {old!r}")
+        source = source.replace(old, new)
+    return source.replace("def train_broken(", f"def repaired_{case}(", 1)
 
-    torch.manual_seed(seed)
-    data = digits(seed)
-    model = mlp([64, 32, 10])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
-    with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for epoch in range(5):
-            order = torch.randperm(len(data.x_train))
-            for batch in order.split(100):
-                loss = criterion(model(data.x_train[batch]), data.y_train[batch])
-                loss.backward()
-                optimizer.step()
-                debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
-'''
 
-_DEAD_RELU = '''def repaired_dead_relu(seed: int) -> Outcome:
-    from lesson import NetworkDebugger
-
-    torch.manual_seed(seed)
-    data = digits(seed)
-    model = mlp([64, 32, 32, 10])
-    with torch.no_grad():
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                layer.weight.fill_(-1.0)
-                layer.bias.fill_(-5.0)
-    optimizer = torch.optim.Adam(model.parameters(), lr={lr})
-    criterion = nn.CrossEntropyLoss()
-    with NetworkDebugger(model, optimizer, criterion) as debugger:
-        for step in range(100):
-            optimizer.zero_grad()
-            loss = criterion(model(data.x_train), data.y_train)
-            loss.backward()
-            optimizer.step()
-            debugger.record_loss(loss.item())
-    return Outcome(scores(model, data, debugger.loss_history), debugger)
-'''
+_BROKEN_MZG = _broken("missing_zero_grad")
+_BROKEN_DEAD_RELU = _broken("dead_relu")
 
 #: (student, assignment) -> {answer cell id: new source}
 EDITS: dict[tuple[str, str], dict[str, str]] = {
@@ -99,16 +76,14 @@ EDITS: dict[tuple[str, str], dict[str, str]] = {
     ("honest", "clinic1_not_learning"): {
         "missing_zero_grad":
             'diagnosis["missing_zero_grad"] = "MISSING_ZERO_GRAD"\n\n'
-            + _BROKEN_MZG.replace("            for batch in order.split(100):\n",
-                                  "            for batch in order.split(100):\n"
-                                  "                model.zero_grad()   # the model's, not the optimizer's\n")
-                         .replace("    return Outcome(", "    print('trained')\n    return Outcome("),
+            + _broken("missing_zero_grad",
+                      ("            for x, y in loader:\n",
+                       "            for x, y in loader:\n"
+                       "                model.zero_grad()   # the model's, not the optimizer's\n"),
+                      ("    return Outcome(", "    print('trained')\n    return Outcome(")),
         "dead_relu":
             'diagnosis["dead_relu"] = "DEAD_NEURONS"\n\n'
-            + _DEAD_RELU.format(lr="1e-2").replace(
-                "                layer.weight.fill_(-1.0)\n                layer.bias.fill_(-5.0)\n",
-                "                nn.init.kaiming_normal_(layer.weight, nonlinearity='relu')\n"
-                "                layer.bias.zero_()\n"),
+            + _broken("dead_relu", ('"init_bias": -0.5,', '"init_bias": 0.0,   # ReLUs need it')),
     },
     # -- wrong and symptom-hiding work: loses the points ------------------------------------
     ("wrong", "ex1_exploding_gradients"): {
@@ -117,7 +92,8 @@ EDITS: dict[tuple[str, str], dict[str, str]] = {
             "    return [r['step'] for r in history if total_grad_norm(r) >= threshold]\n",
     },
     ("hider", "clinic1_not_learning"): {          # a lower learning rate, the bug kept
-        "dead_relu": 'diagnosis["dead_relu"] = "DEAD_NEURONS"\n\n' + _DEAD_RELU.format(lr="1e-3"),
+        "dead_relu": 'diagnosis["dead_relu"] = "DEAD_NEURONS"\n\n'
+                     + _broken("dead_relu", ('"lr": 3e-3,', '"lr": 3e-4,')),
     },
 }
 
@@ -156,7 +132,7 @@ TAMPERING: dict[str, tuple[str, str, dict[str, str]]] = {
             "from broken_models.case import Case\n"
             'diagnosis["dead_relu"] = "DEAD_NEURONS"\n'
             "Case.evaluate = lambda self, fn, seed=0: self.run_fixed(seed)\n\n"
-            + _DEAD_RELU.format(lr="1e-2"),
+            + _BROKEN_DEAD_RELU,
     }),
     "patching math/numpy comparison helpers": ("comparer", "ex1_exploding_gradients", {
         "total_grad_norm":
