@@ -224,6 +224,9 @@ class Thresholds:
     this share of the marginal entropy of the targets (the loss of a model that predicts each
     class at its frequency and ignores its input: the level a post-LN stack broken by its
     first steps falls to and stays at; a model that learns gets well below it)..."""
+    warmup_stall_fall: float = 0.02
+    """...and flat there: the second half of that last quarter no more than this share below
+    its first half (a model still learning slowly falls steadily; a stalled one does not)..."""
     warmup_update_ratio: float = 0.05
     """...after first updates that moved the weight matrices by at least this share of their
     norm (the median over them at the first step): Adam's first steps are about the learning
@@ -1123,6 +1126,10 @@ def _warmup_stall(ev: Evidence, finite: list[float], th: Thresholds
         return None
     _, level = _quarters(finite)
     if level < th.warmup_stall * ev.marginal_entropy:
+        return None
+    tail = finite[len(finite) - max(len(finite) // 4, 2):]
+    early, late = _mean(tail[:len(tail) // 2]), _mean(tail[len(tail) // 2:])
+    if late < (1 - th.warmup_stall_fall) * early:
         return None
     first = next((r for r in ev.history if r.get("params")), None)
     ratios = sorted(p["update_ratio"] for p in (first["params"].values() if first else ())
