@@ -253,7 +253,7 @@ def test_plain_autograde_below_the_courses_need_leaves_the_submission_ungraded(c
         row = next(r for r in csv.DictReader(f) if r["student_id"] == "model"
                    and r["assignment"] == "ex5_gradient_check")
     assert row["score"] == "" and row["status"].startswith("ungraded: a memory limit of 50 MB")
-    assert not (root / "autograded" / "model").exists()
+    assert not (root / "autograded" / "model" / "ex5_gradient_check").exists()
 
 
 # -- feedback ------------------------------------------------------------------------------
