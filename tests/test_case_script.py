@@ -126,3 +126,18 @@ def test_the_cli_prints_the_same_script_with_its_helpers():
     assert case_script(case, "fixed").text in browse_show(label, diff=True, source="fixed")
     with pytest.raises(ValueError, match="which must be"):
         case_script(case, "repaired")
+
+
+def test_a_fresh_namespace_is_shown_every_shared_helper_even_at_a_dead_ones_address(capsys):
+    """show_case remembers what it printed in the namespace itself: a new dict that Python
+    places where a dead one was (same id()) is shown every helper again."""
+    case = CASES[0]
+    first: dict = {}
+    show_case(case.ident, into=first)
+    whole = capsys.readouterr().out
+    assert "are printed above" not in whole
+    show_case(case.ident, into=first)
+    assert "are printed above" in capsys.readouterr().out     # the same namespace: once
+    for _ in range(20):                                        # fresh dicts, often at old ids
+        show_case(case.ident, into={})
+        assert "are printed above" not in capsys.readouterr().out

@@ -155,3 +155,28 @@ def test_both_ways_of_starting_the_clean_room_give_the_same_outputs(monkeypatch)
         outputs[forked] = [json.dumps(c.get("outputs", []), sort_keys=True)
                            for c in nb.cells if c.cell_type == "code"]
     assert outputs[True] == outputs[False]
+
+
+def test_a_child_killed_before_it_has_its_own_session_is_not_waited_for_forever():
+    """A sandbox closed right after its fork may kill it before it ran `setsid`: its pid then
+    names no process group, and a kill of the group alone left `close` waiting (CI hung 200 s
+    on a syntax-error answer, whose sandbox is closed without a request)."""
+    import subprocess
+
+    from lesson.course.grading.sandbox import Sandbox
+
+    child = subprocess.Popen(["sleep", "60"])           # in this test's group, like a new fork
+    with pytest.raises(ProcessLookupError):
+        os.killpg(child.pid, 0)
+    import threading
+
+    box = Sandbox()
+    box.proc = child
+    closing = threading.Thread(target=box.close, daemon=True)
+    closing.start()
+    closing.join(timeout=10)
+    if closing.is_alive():
+        child.kill()                  # lets the stuck close() return, and this test fail
+        closing.join()
+        pytest.fail("Sandbox.close() still waited for its child 10 s after killing it")
+    assert child.returncode == -signal.SIGKILL and box.proc is None

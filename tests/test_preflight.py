@@ -220,10 +220,13 @@ def test_command_line_runs_a_users_factory(tmp_path, capsys):
 # -- the catalogue -------------------------------------------------------------------------------
 #: the check at which preflight stops each broken case whose bug lives in the model, the loss,
 #: the data or the optimizer's settings (python -m lesson.course.preflight_catalogue prints the table)
+#: exploding_rnn may stop at either of two: the broken RNN fits its 16 samples on gradients of
+#: 1e7, so whether it memorises them turns on the CPU's float rounding (the overfit check on
+#: one AMD EPYC, the forward pass on CI's machine; EXPLODING_GRADIENT is named at both)
 STOPS = {
     "lr_too_high": "training", "lr_too_low": "training", "dead_relu": "overfit",
     "vanishing_sigmoid": "overfit", "exploding_deep": "forward", "residual_without_norm": "forward",
-    "exploding_rnn": "forward", "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
+    "exploding_rnn": ("overfit", "forward"), "layers_in_python_list": "overfit", "detach_in_forward": "overfit",
     "zero_init": "overfit", "unnormalized_inputs": "forward", "linear_model_on_xor": "overfit",
     "log_of_zero": "training", "softmax_overflow": "training", "batchnorm_without_eps": "overfit",
     "nan_rows": "forward", "adam_lr_one": "training", "labels_shuffled": "data",
@@ -281,7 +284,8 @@ def test_preflight_stops_at_the_first_failing_check_of_a_broken_case(name):
 
     report = preflight_case(name, seed=0, **OPTIONS.get(name, {}))
     assert report is not None and report.failed is not None, f"{name}: preflight passed"
-    assert report.failed.name == STOPS[name], str(report)
+    stops = STOPS[name] if isinstance(STOPS[name], tuple) else (STOPS[name],)
+    assert report.failed.name in stops, str(report)
     assert report.checks[-1] is report.failed                # it stopped there
     assert all(c.passed for c in report.checks[:-1])
     from broken_models import CATALOGUE

@@ -501,6 +501,26 @@ def test_vanishing_needs_three_weight_layers_and_holds_in_each_recent_record():
     assert codes(rules.rule_vanishing(ev, TH)) == ["VANISHING_GRADIENT"]
 
 
+def test_vanishing_is_not_read_from_a_run_whose_loss_fell_twentyfold():
+    """Near the minimum of a deep ReLU net the last layer's gradient dominates (a healthy
+    15-layer regression under Adam reads 7e-4): a loss that fell below 5% of its start shows
+    the first layers learned."""
+    def run(last: float) -> Evidence:
+        ev = vanishing(1e-6)
+        ev.losses = [1.0] * 10 + [last] * 10
+        return ev
+
+    assert rules.rule_vanishing(run(0.049), TH) == []
+    assert codes(rules.rule_vanishing(run(0.051), TH)) == ["VANISHING_GRADIENT"]
+    assert codes(rules.rule_vanishing(run(1.0), TH)) == ["VANISHING_GRADIENT"]
+    nan = run(0.01)
+    nan.losses[-1] = float("nan")                     # a run that blew up learned nothing
+    assert codes(rules.rule_vanishing(nan, TH)) == ["VANISHING_GRADIENT"]
+    short = run(0.01)
+    short.losses = [1.0] * 3 + [0.01] * (TH.min_losses - 4)   # too few losses to read a fall
+    assert codes(rules.rule_vanishing(short, TH)) == ["VANISHING_GRADIENT"]
+
+
 def test_vanishing_orders_layers_by_the_forward_pass_not_by_name():
     ev = vanishing(0.9e-3)
     ev.layer_order = ["2", "1", "0"]                  # "0" is the last layer: no vanishing

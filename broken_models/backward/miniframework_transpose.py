@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from broken_models.case import Outcome
-from broken_models.checks import above, at_least
+from broken_models.checks import above, at_least, at_most
 from broken_models.datasets import digits
 
 TITLE = "A transposed weight gradient in the NumPy mini-framework"
@@ -24,9 +24,9 @@ FIX = "In Linear.backward, the weight's gradient is grad_out.T @ x (out x in); d
 EVIDENCE = ("The gradient check names the parameter whose backward disagrees with finite "
             "differences: which layer, which parameter?")
 CHANGE = "Change that layer's backward formula for the weight's gradient: its orientation."
-TARGET = "validation accuracy >= 0.9"
+TARGET = "final training loss <= 0.12 and validation accuracy >= 0.9"
 SYMPTOM_CHECK = above("final_loss", 0.2)
-TARGET_CHECK = at_least("val_accuracy", 0.9)
+TARGET_CHECK = at_most("final_loss", 0.12) & at_least("val_accuracy", 0.9)
 
 
 def accuracy(model, x: np.ndarray, y: np.ndarray) -> float:

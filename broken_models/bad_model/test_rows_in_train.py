@@ -11,11 +11,13 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
-from broken_models.checks import above, at_least, at_most, difference
-from broken_models.datasets import accuracy, digits, mlp, rows_in, scores
+from broken_models.checks import above, at_least, at_most, below, difference, ratio
+from broken_models.datasets import Split, accuracy, digits, mlp, rows_in, scores
 
 TITLE = "Test rows copied into the training set"
-SYMPTOM = "The test score is inflated: rows the model trained on score 100%, the rest do not."
+SYMPTOM = ("The test score is inflated: rows the model trained on score 100% at a loss near 0, "
+           "the rest do not. The test loss is over 10% lower than on the never-seen test rows, "
+           "and the accuracy higher where the model has anything left to get wrong.")
 EXPECTED = ("DUPLICATES_ACROSS_SPLITS",)
 CAUSES = ("DUPLICATES_ACROSS_SPLITS",)
 CONSEQUENCES = ()
@@ -26,9 +28,25 @@ EVIDENCE = ("Read validate_data's findings: how many test rows also appear in th
             "Compare the score on the test rows the model trained on with the score on the "
             "others.")
 CHANGE = "Change how the data is split: split first, and keep every test row out of training."
-TARGET = "an honest test score: accuracy on rows never trained on, equal to the reported one, >= 0.9"
-SYMPTOM_CHECK = above(difference("val_accuracy", "clean_val_accuracy"), 0.005)
-TARGET_CHECK = at_most(difference("val_accuracy", "clean_val_accuracy"), 0.005) & at_least("clean_val_accuracy", 0.9)
+TARGET = ("an honest test score: the reported accuracy and loss equal to those on the rows never "
+          "trained on (within 0.005 and 5%), and that accuracy >= 0.9")
+SYMPTOM_CHECK = (above(difference("val_accuracy", "clean_val_accuracy"), 0.005)
+                 | below(ratio("val_loss", "clean_val_loss"), 0.9))
+TARGET_CHECK = (at_most(difference("val_accuracy", "clean_val_accuracy"), 0.005)
+                & at_least(ratio("val_loss", "clean_val_loss"), 0.95)
+                & at_least("clean_val_accuracy", 0.9))
+
+
+def unseen_scores(model: nn.Module, data: Split) -> dict[str, float]:
+    """The test split's loss, and its accuracy and loss on the rows never trained on: a model
+    near 99% gains little accuracy from memorised rows, but its loss on them is near 0."""
+    unseen = ~rows_in(data.x_val, data.x_train)
+    criterion = nn.CrossEntropyLoss()
+    with torch.no_grad():
+        val_loss = criterion(model(data.x_val), data.y_val).item()
+        clean_val_loss = criterion(model(data.x_val[unseen]), data.y_val[unseen]).item()
+    return {"val_loss": val_loss, "clean_val_loss": clean_val_loss,
+            "clean_val_accuracy": accuracy(model, data.x_val[unseen], data.y_val[unseen])}
 
 
 def train_broken(seed: int) -> Outcome:
@@ -49,10 +67,8 @@ def train_broken(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    unseen = ~rows_in(data.x_val, data.x_train)
-    metrics = scores(model, data, debugger.loss_history)
-    metrics["clean_val_accuracy"] = accuracy(model, data.x_val[unseen], data.y_val[unseen])
-    return Outcome(metrics, debugger, findings)
+    return Outcome(scores(model, data, debugger.loss_history) | unseen_scores(model, data),
+                   debugger, findings)
 
 
 def train_fixed(seed: int) -> Outcome:
@@ -71,7 +87,5 @@ def train_fixed(seed: int) -> Outcome:
             loss.backward()
             optimizer.step()
             debugger.record_loss(loss.item())
-    unseen = ~rows_in(data.x_val, data.x_train)
-    metrics = scores(model, data, debugger.loss_history)
-    metrics["clean_val_accuracy"] = accuracy(model, data.x_val[unseen], data.y_val[unseen])
-    return Outcome(metrics, debugger, findings)
+    return Outcome(scores(model, data, debugger.loss_history) | unseen_scores(model, data),
+                   debugger, findings)

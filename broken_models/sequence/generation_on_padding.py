@@ -50,7 +50,7 @@ def train_broken(seed: int) -> Outcome:
     vocab, half, batch_size = 16, 8, 32          # a line is `half` tokens, then them again
     pad = vocab
     width, heads, layers = 32, 2, 2
-    steps, lr, new_tokens = 300, 1e-2, 4
+    steps, lr, new_tokens = 450, 1e-2, 4
 
     torch.manual_seed(seed)
     source = markov_source(seed, vocab=vocab)
@@ -120,7 +120,7 @@ def train_fixed(seed: int) -> Outcome:
     vocab, half, batch_size = 16, 8, 32          # a line is `half` tokens, then them again
     pad = vocab
     width, heads, layers = 32, 2, 2
-    steps, lr, new_tokens = 300, 1e-2, 4
+    steps, lr, new_tokens = 450, 1e-2, 4
 
     torch.manual_seed(seed)
     source = markov_source(seed, vocab=vocab)

@@ -27,7 +27,8 @@ SYMPTOM = ("The loss drops in the first steps from 2.77 to about 2.4 and stays t
 EXPECTED = ("WARMUP_MISSING",)
 CAUSES = ("WARMUP_MISSING",)
 CONSEQUENCES = ("LR_TOO_HIGH", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "NAN_OR_INF",
-                "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS")  # the collapse of the first steps
+                "DEAD_NEURONS", "COLLAPSED_ACTIVATIONS",  # the collapse of the first steps
+                "VANISHING_GRADIENT")                      # a collapsed stack passes little back
 TOOL = "monitor"
 LESSON = "Sequence models and language models"
 FIX = ("Ramp the learning rate up over the first 100 steps (a linear warm-up, then the cosine "

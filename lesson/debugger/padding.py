@@ -92,23 +92,41 @@ def tail_runs(rows: torch.Tensor, pad: int, side: str) -> torch.Tensor:
 
 def filler(tokens: torch.Tensor, time_axis: int) -> tuple[int, str] | None:
     """(pad id, "right"/"left") when one token fills row tails or heads as padding does (see
-    the module doc); None otherwise. `tokens` is a (B, T) host tensor, time along `time_axis`."""
+    the module doc); None otherwise, and None when the other ends are filled by another id in
+    runs at least as long (a row is padded at one end: a short title whose first tokens repeat,
+    followed by long padding, is not left-padded). `tokens` is a (B, T) host tensor, time along
+    `time_axis`."""
     rows = tokens.movedim(time_axis, -1)
     if rows.dim() != 2 or rows.shape[0] < MIN_PADDED_ROWS or rows.shape[1] < MIN_RUN + 1:
         return None
-    for side, column in (("right", rows[:, -1]), ("left", rows[:, 0])):
-        values, counts = torch.unique(column, return_counts=True)
-        best = int(counts.argmax())
-        if int(counts[best]) < MIN_PADDED_ROWS:
+    fills = {side: _fill(rows, side) for side in ("right", "left")}
+    for side, other in (("right", "left"), ("left", "right")):
+        found = fills[side]
+        if found is None or not found[2]:
             continue
-        pad = int(values[best])
-        runs = tail_runs(rows, pad, side)
-        inside = int((rows == pad).sum() - runs.sum())
-        if int((runs >= MIN_RUN).sum()) >= MIN_PADDED_ROWS and len(torch.unique(runs)) >= 2 \
-                and int(runs.max()) < rows.shape[1] \
-                and inside <= MAX_INSIDE_SHARE * int((rows == pad).sum()):
-            return pad, side
+        rival = fills[other]
+        if rival is not None and rival[0] != found[0] and rival[1] >= found[1]:
+            return None     # the other ends are filled by another id in runs as long: ambiguous
+        return found[0], side
     return None
+
+
+def _fill(rows: torch.Tensor, side: str) -> tuple[int, float, bool] | None:
+    """The token that fills the rows' ends on `side` in runs as padding does, if one does:
+    (id, its mean run over the rows it ends, whether the runs differ in length as a batch
+    padded to its longest row has them)."""
+    column = rows[:, -1] if side == "right" else rows[:, 0]
+    values, counts = torch.unique(column, return_counts=True)
+    best = int(counts.argmax())
+    if int(counts[best]) < MIN_PADDED_ROWS:
+        return None
+    pad = int(values[best])
+    runs = tail_runs(rows, pad, side)
+    inside = int((rows == pad).sum() - runs.sum())
+    if int((runs >= MIN_RUN).sum()) < MIN_PADDED_ROWS or int(runs.max()) >= rows.shape[1] \
+            or inside > MAX_INSIDE_SHARE * int((rows == pad).sum()):
+        return None
+    return pad, float(runs[runs > 0].float().mean()), len(torch.unique(runs)) >= 2
 
 
 def ends_with(tokens: torch.Tensor, pad: int, time_axis: int) -> tuple[int, str] | None:

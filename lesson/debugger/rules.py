@@ -53,6 +53,10 @@ class Thresholds:
     over that of the last one below this: three orders of magnitude."""
     vanishing_min_layers: int = 3
     """Vanishing gradients need depth: at least this many weight layers."""
+    vanishing_learned_fall: float = 0.05
+    """VANISHING_GRADIENT is not read from a run whose loss's last quarter fell below this
+    share of its first quarter: the network learned, and near the minimum of a deep ReLU net
+    the last layer's gradient dominates without any layer starving."""
     exploding_grad_to_weight: float = 10.0
     """EXPLODING_GRADIENT: total gradient norm over total weight norm above this."""
     exploding_grad_norm: float = 1e4
@@ -225,8 +229,10 @@ class Thresholds:
     class at its frequency and ignores its input: the level a post-LN stack broken by its
     first steps falls to and stays at; a model that learns gets well below it)..."""
     warmup_stall_fall: float = 0.02
-    """...and flat there: the second half of that last quarter no more than this share below
-    its first half (a model still learning slowly falls steadily; a stalled one does not)..."""
+    """...and flat there: from the start of that last quarter to the end of the run, the second
+    half no more than this share below the first (a model still learning slowly falls
+    steadily; a stalled one does not; the halves span the rest of the run, so that minibatch
+    noise around the plateau does not read as a fall)..."""
     warmup_update_ratio: float = 0.05
     """...after first updates that moved the weight matrices by at least this share of their
     norm (the median over them at the first step): Adam's first steps are about the learning
@@ -773,6 +779,11 @@ def _ordered_weights(ev: Evidence, rec: dict[str, Any]) -> list[tuple[str, dict[
 
 
 def rule_vanishing(ev: Evidence, th: Thresholds) -> list[Finding]:
+    finite = [v for v in ev.losses if math.isfinite(v)]
+    if len(finite) == len(ev.losses) >= th.min_losses:
+        first_q, last_q = _quarters(finite)
+        if first_q > 0 and last_q < th.vanishing_learned_fall * first_q:
+            return []
     ratios, detail = [], None
     for rec in ev.history[-th.recent_records:]:
         ws = _ordered_weights(ev, rec)
@@ -1127,7 +1138,11 @@ def _warmup_stall(ev: Evidence, finite: list[float], th: Thresholds
     _, level = _quarters(finite)
     if level < th.warmup_stall * ev.marginal_entropy:
         return None
-    tail = finite[len(finite) - max(len(finite) // 4, 2):]
+    tail = []
+    for v in ev.losses[len(finite) - max(len(finite) // 4, 2):]:
+        if not math.isfinite(v):
+            break
+        tail.append(v)
     early, late = _mean(tail[:len(tail) // 2]), _mean(tail[len(tail) // 2:])
     if late < (1 - th.warmup_stall_fall) * early:
         return None

@@ -27,6 +27,7 @@ from typing import Any
 
 from .child import answer_ref
 from .frames import SandboxDied, TimedOut, frame, read_frame
+from .processes import kill_session
 
 #: default limits per submission: wall time of one request, total memory and CPU time
 DEFAULT_TIMEOUT_S = 60.0
@@ -291,11 +292,9 @@ class Sandbox:
         return reply
 
     def kill(self) -> None:
+        """Kill the child and all it started, and forget it."""
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_session(self.proc.pid)
             self.proc.wait()
         if self._fds:
             for fd in self._fds:

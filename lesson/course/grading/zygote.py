@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .frames import SandboxDied, TimedOut, frame, read_frame
+from .processes import kill_session
 from .sandbox import _code_roots, reseed
 
 #: imported once by the zygote (what every trusted process and sandbox imports anyway)
@@ -215,10 +216,7 @@ class Zygote:
         try:
             return self._read(time.monotonic() + timeout)["status"]
         except TimedOut:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_session(pid)
             self._read(time.monotonic() + 30)
             return None
 

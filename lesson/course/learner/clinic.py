@@ -46,7 +46,7 @@ def show_case(label: str, into: dict[str, Any] | None = None) -> None:
     script = case_script(case, "broken", found.broken)
     print(f"{found.heading}\nsymptom: {case.symptom}")
     print(f"target:  {case.target}\n")
-    shown = _SHOWN.setdefault(id(into), set()) if into is not None else set()
+    shown = into.setdefault(SHOWN_KEY, set()) if into is not None else set()
     print(script.text)
     for module, source in script.shared:
         if (module, source) in shown:
@@ -60,8 +60,10 @@ def show_case(label: str, into: dict[str, Any] | None = None) -> None:
             into.setdefault(name, value)
 
 
-#: id(namespace) -> the shared helpers show_case has printed for it already
-_SHOWN: dict[int, set[tuple[str, str]]] = {}
+#: the name under which a namespace keeps the shared helpers show_case has printed for it (kept
+#: in the namespace itself: a table keyed by id() would take a new dict at a dead one's address
+#: for the same one, and say "printed above" of helpers it never showed)
+SHOWN_KEY = "__nndebug_shown_helpers__"
 
 
 def define_script(ident: str, script: Any) -> dict[str, Any]:
