@@ -23,7 +23,7 @@ test: $(STAMP)
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q -m "not slow"
 
-test-seeds: $(STAMP)  # every catalogue case on 20 unseen seeds (about 8 minutes on 2 cores)
+test-seeds: $(STAMP)  # every catalogue case on 8 unseen seeds, and the hiders on hidden seeds
 	$(BIN)/python -m pytest -n 2 -q -m seeds
 
 bench: $(STAMP)

@@ -75,12 +75,30 @@ class MarkovSource:
         return never.float().mean().item()
 
 
+MIN_FLOOR_SHARE = 0.75
+"""A chain's floor is at least this share of the floor its Dirichlet gives on average: a few
+seeds in a thousand draw a chain of nearly fixed transitions, whose text is so predictable that
+a case's symptom measured against the floor (padding's free tokens, a look-ahead's gain) shrinks
+below what the case promises. Such a draw is rejected and the chain drawn again."""
+
+
 def markov_source(seed: int, vocab: int = 16, successors: int = 4,
                   concentration: float = 1.0) -> MarkovSource:
     """A random chain: each token has `successors` possible next tokens, with probabilities
-    drawn from a Dirichlet(`concentration`). Its floor is computed exactly:
-    sum_i start_i * H(transitions[i]), start being the stationary distribution."""
+    drawn from a Dirichlet(`concentration`), redrawn while the floor is under MIN_FLOOR_SHARE of
+    its expected value. The floor is computed exactly: sum_i start_i * H(transitions[i]), start
+    being the stationary distribution."""
     rng = np.random.default_rng(seed)
+    # E[H] of a Dirichlet(a, ..., a) draw over k outcomes is digamma(k a + 1) - digamma(a + 1)
+    expected = float(_digamma(successors * concentration + 1) - _digamma(concentration + 1))
+    while True:
+        source = _draw_chain(rng, vocab, successors, concentration)
+        if source.floor >= MIN_FLOOR_SHARE * expected:
+            return source
+
+
+def _draw_chain(rng: np.random.Generator, vocab: int, successors: int,
+                concentration: float) -> MarkovSource:
     transitions = np.zeros((vocab, vocab))
     for i in range(vocab):
         nxt = rng.choice(vocab, size=successors, replace=False)
@@ -100,6 +118,10 @@ def markov_source(seed: int, vocab: int = 16, successors: int = 4,
     return MarkovSource(torch.tensor(transitions, dtype=torch.float32),
                         torch.tensor(start, dtype=torch.float32),
                         float(start @ entropy))
+
+
+def _digamma(x: float) -> float:
+    return float(torch.special.digamma(torch.tensor(x, dtype=torch.float64)))
 
 
 def reviews(seed: int, n_train: int = 4096, n_val: int = 2048, vocab: int = 24,
