@@ -46,6 +46,14 @@ REFUSED = {
     "os.kill": "import os\nos.kill(1, 9)\n",
     "os.environ": "import os\nkey = os.environ['HOME']\n",
     "os.path is fine, os.system is not": "import os\np = os.path.join('a')\nos.system('ls')\n",
+    # modules handed on by other modules, past the checks on their names
+    "sys from os": "from os import sys as s\ns.modules.clear()\n",
+    "sys through os": "import os\nos.sys.modules.clear()\n",
+    "os through torch": "import torch\ntorch.os.system('ls')\n",
+    "sys through numpy, aliased": "import numpy as np\nnp.sys.exit()\n",
+    "os from torch": "from torch import os\n",
+    "builtins through a module": "import math\nlen_ = math.builtins.len\n",
+    "getattr a handed-on module": "import torch\nm = getattr(torch, 'os')\n",
     # writes
     "patch a module attribute": "import math\nmath.pi = 3\n",
     "patch through an alias": "import numpy as np\nlinalg = np.linalg\nlinalg.norm = None\n",
@@ -106,6 +114,7 @@ HONEST = {
     "the diagnosis dict": 'diagnosis["case"] = "MISSING_ZERO_GRAD"\n',
     "a syntax error is not tampering": "def f(:\n",
     "from os import path": "from os import path, getcwd\nfrom os.path import join\n",
+    "a package's submodule of a forbidden name": "from scipy import signal\nimport torch.nn\n",
     "an annotated object of its own": "class Box:\n    pass\nbox: Box = Box()\nbox.size = 3\n",
     "a call the check cannot read": "f = getattr(x)\n",
 }

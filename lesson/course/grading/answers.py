@@ -6,7 +6,8 @@ a module, rebinds a name the tests use or rigs a comparison takes the points. Th
 its top level. Before that, `tampering` reads each answer cell's code (function bodies
 included) and refuses the constructs that reach outside the answer: writing attributes of
 modules or of objects the code did not create, `setattr`, `globals()`, `sys.modules`,
-`builtins`, `importlib`, `exec`/`eval`, frames, threads, child processes, exiting. The check
+`builtins`, `importlib`, `exec`/`eval`, frames, threads, child processes, exiting, and `os` or
+`sys` reached through another module (`torch.os`, `from os import sys`). The check
 is static and deliberately narrow: honest answers (helpers, prints, plots, other algorithms)
 never need any of it, and what it cannot see the sandbox's runtime guard still stops.
 """
@@ -43,6 +44,11 @@ FORBIDDEN_OS = frozenset({
     "spawnve", "spawnvp", "spawnvpe", "register_at_fork", "write", "dup", "dup2", "close",
     "closerange", "putenv", "unsetenv", "environ", "chroot", "chdir", "fchdir",
 })
+#: Modules that other modules hand on as attributes (`torch.os`, `numpy.sys`, `from os import
+#: sys`): reached that way, they pass every check on imports and on `os.`/`sys.` names. Honest
+#: code imports them by name; reached through another module, each is refused.
+HANDED_ON = frozenset({"sys", "os", "posix", "nt", "builtins", "subprocess", "importlib",
+                       "ctypes"})
 #: Dunder attributes honest code reads; every other `__x__` attribute is refused.
 ALLOWED_DUNDERS = frozenset({
     "__init__", "__name__", "__qualname__", "__doc__", "__call__", "__len__", "__iter__",
@@ -157,6 +163,8 @@ class _Scanner(ast.NodeVisitor):
                 self.refuse(node, f"imports os.{alias.name}")
             if node.module == "sys" and alias.name not in SYS_ALLOWED:
                 self.refuse(node, f"imports sys.{alias.name}")
+            if alias.name in HANDED_ON:
+                self.refuse(node, f"imports {alias.name} from {node.module} (import it by name)")
             self._module(node, f"{node.module}.{alias.name}")
             self.foreign.add(alias.asname or alias.name)
 
@@ -177,6 +185,8 @@ class _Scanner(ast.NodeVisitor):
             self.refuse(node, f"reads frames ({attr})")
         elif dotted.startswith("os.") and attr in FORBIDDEN_OS:
             self.refuse(node, f"uses {dotted}")
+        elif attr in HANDED_ON:
+            self.refuse(node, f"reaches {attr} through {_dotted(node.value) or 'an object'}")
         elif (isinstance(node.value, ast.Name) and node.value.id == "sys"
               and attr in SYS_ALLOWED and not isinstance(node.ctx, (ast.Store, ast.Del))):
             return                           # sys.stderr and the like: reading them is honest
@@ -302,8 +312,8 @@ class _Scanner(ast.NodeVisitor):
         if name in {"getattr", "hasattr"} and len(node.args) >= 2 and not (
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
                 and not node.args[1].value.startswith("_")
-                and node.args[1].value not in FORBIDDEN_OS):
-            self.refuse(node, f"{name} with a computed or private attribute name")
+                and node.args[1].value not in FORBIDDEN_OS | HANDED_ON):
+            self.refuse(node, f"{name} with a computed, private or forbidden attribute name")
         self.generic_visit(node)
 
 
