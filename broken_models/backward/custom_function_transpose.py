@@ -4,8 +4,10 @@ Writing forward and backward by hand (for speed, or for an operation torch lacks
 deriving the gradient yourself. For y = x W^T + b the weight's gradient is grad_y^T x, of shape
 (out, in). Written as x^T grad_y it has shape (in, out): for a square weight the shapes agree,
 nothing errors, and every step moves W along the wrong direction. The loss still falls,
-because the output layer is fine. Only a gradient check, finite differences against
-your backward, says which parameter is wrong.
+because the output layer is fine: on nearly random tanh features it reaches 85-90% validation
+accuracy (the training loss tells the two apart: above 0.35 here, under 0.1 with the right
+gradient, on 51 seeds). Only a gradient check, finite differences against your backward, says
+which parameter is wrong.
 """
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
-from broken_models.checks import above, at_least
+from broken_models.checks import above, at_least, at_most
 from broken_models.datasets import digits, scores
 
 TITLE = "A custom autograd.Function with a transposed gradient"
-SYMPTOM = "The loss stalls near 0.5 and accuracy below 90%, where nn.Linear reaches 0.06 and 96%."
+SYMPTOM = ("The training loss stalls near 0.5 and validation accuracy near 85%, where nn.Linear "
+           "reaches a loss under 0.1 and 96%.")
 EXPECTED = ("GRADIENT_MISMATCH",)
 CAUSES = ("GRADIENT_MISMATCH",)
 CONSEQUENCES = ()
@@ -28,9 +31,9 @@ EVIDENCE = ("gradient_check names the parameter whose analytic gradient disagree
             "numerical one: which one, by how much, and what shape is the gradient backward "
             "returns for it?")
 CHANGE = "Change the custom backward's gradient for the named parameter: its orientation."
-TARGET = "validation accuracy >= 0.9"
+TARGET = "final training loss <= 0.15 and validation accuracy >= 0.9"
 SYMPTOM_CHECK = above("final_loss", 0.2)
-TARGET_CHECK = at_least("val_accuracy", 0.9)
+TARGET_CHECK = at_most("final_loss", 0.15) & at_least("val_accuracy", 0.9)
 
 
 class HandMadeLinear(nn.Module):
