@@ -18,13 +18,13 @@ run: $(STAMP)
 	$(BIN)/nndebug clinic
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m "not seeds"
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not seeds"
 
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not slow"
 
 test-seeds: $(STAMP)  # every catalogue case on 8 unseen seeds, and the hiders on hidden seeds
-	$(BIN)/python -m pytest -n 2 -q -m seeds
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m seeds
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

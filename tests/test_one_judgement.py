@@ -12,6 +12,7 @@ import pytest
 
 from broken_models import CATALOGUE
 from lesson.course.learner.clinic import judge_diagnosis
+from lesson.course.learner.repair import reference
 from lesson.findings import EXPLAINS, Finding, sort_findings
 
 SEEDS = range(5)
@@ -44,7 +45,10 @@ def test_the_grader_agrees_with_the_report_on_seeds_0_to_4(name):
     case = CATALOGUE[name]
     disagreements = []
     for seed in SEEDS:
-        for f in case.run_broken(seed).findings:
+        # a case with several causes is judged by the report of its reference run (trained
+        # once per process); one with a single cause reads no report
+        run = reference(name, seed).broken if len(case.causes) > 1 else case.run_broken(seed)
+        for f in run.findings:
             kind = judge_diagnosis(name, f.code, seed=seed).kind
             if f.explained_by and kind == "cause":
                 disagreements.append(f"seed {seed}: the report shows {f.code} following from "

@@ -33,7 +33,9 @@ class TransformerClassifier(nn.Module):
 
 def build(bug: bool, seed: int) -> Script:
     model = TransformerClassifier(bug)
-    return Script(model, labelled(seed, LENGTH), nn.CrossEntropyLoss(), adam(model, 3e-3),
+    # 2048 texts: with 512 the fixed encoder learnt them by heart on seed 11 (OVERFITTING)
+    data = labelled(seed, LENGTH, n_train=2048)
+    return Script(model, data, nn.CrossEntropyLoss(), adam(model, 3e-3),
                   steps=150, batch=32)
 
 

@@ -11,9 +11,12 @@ is a mask no score can pass (the dtype's minimum, or -inf). Reproduced small: GP
 attention (one `c_attn` projection, the `bias` buffer of a lower triangle, the masked scores
 replaced by a constant) trained with Adam at a high rate. Scaled down: a model this small
 does not drive its scores past -20 or -1e4 in a few hundred steps (tried: no leak), so the
-constant is -5, a few units below the scores it starts with. Unlike GPT-2's -1e4, that lets
-e^-5 of the weight through from the first step; the leak then grows as the model learns to
-use it.
+constant is -4, a few units below the scores it starts with. Unlike GPT-2's -1e4, that lets
+e^-4 of the weight through from the first step; the leak then grows as the model learns to
+use it. (With -5, 512 texts and 300 steps the validation loss got under the floor by the
+symptom's margin on 5 of seeds 0-9 only, though the debugger saw the leak on all ten; with -4,
+2048 texts and 450 steps it is 0.35-0.50 nats under it on seeds 0-19, the fixed twin 0.05-0.08
+above it.)
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from .harness import Fault, Script
 from .language import VOCAB, below_floor, flat_cross_entropy, next_token_split
 
 LENGTH = 25
-MASKED_BIAS = -5.0
+MASKED_BIAS = -4.0
 
 
 class Attention(nn.Module):
@@ -73,10 +76,10 @@ class GPT2(nn.Module):
 
 
 def build(bug: bool, seed: int) -> Script:
-    data, _ = next_token_split(seed, LENGTH)
+    data, _ = next_token_split(seed, LENGTH, n_train=2048)
     model = GPT2(bug)
     return Script(model, data, flat_cross_entropy,
-                  torch.optim.Adam(model.parameters(), lr=3e-2), steps=300, batch=32,
+                  torch.optim.Adam(model.parameters(), lr=3e-2), steps=450, batch=32,
                   eval_every=50)
 
 
