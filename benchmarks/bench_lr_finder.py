@@ -649,8 +649,9 @@ def main() -> None:
             best_cell = f"{row['grid_best']:.2e}" if tool == "ours" else ""
             near_cell = f"{row['near'][0]:.1e}..{row['near'][1]:.1e}" if tool == "ours" else ""
             lr_cell = f"{lr:.2e}" if lr else "none"
+            div_cell = "-" if lr is None else "YES" if diverges else "no"
             print(f"{task_cell:<{width}} {best_cell:>9} {near_cell:>17}  {tool:<16} "
-                  f"{lr_cell:>9} {ratio:>6.2f} {'YES' if diverges else 'no':>8} "
+                  f"{lr_cell:>9} {ratio:>6.2f} {div_cell:>8} "
                   f"{loss:>10.4g} {row['grid_loss']:>10.4g} {loss / row['grid_loss']:>6.2f}"
                   + (f"  {row['rule']}" if tool == "ours" else ""))
     costs = ", ".join(f"{r['cost']}" for r in rows)

@@ -398,6 +398,16 @@ def test_a_sweep_that_never_fell_has_its_edge_where_it_rose():
     assert nothing.lr is None
 
 
+def test_a_flat_sweep_that_never_rose_gets_no_rate_not_its_scatters_steepest_descent():
+    """A sigmoid CNN's sweep to 10 stayed flat (its grid best was 3.2): a fall under 5% is
+    scatter, and the steepest descent of scatter is a rate 1e5 too low."""
+    flat = _edge_sweep(fall=0.04, edge=100.0, noise=0.0)      # a 4% drift, no rise
+    assert rules.steepest_rule(LRS, smooth(flat), 10, flat)[0] is not None
+    got = _choose(flat, plain_sgd=True)
+    assert got.lr is None and got.reason.startswith(rules.FLAT_SWEEP)
+    assert "higher end_lr" in got.reason
+
+
 def test_attention_and_other_optimizers_are_not_probed():
     raw = _edge_sweep(noise=0.0)
     probe = _probe(lambda r: 0.1)
