@@ -249,6 +249,19 @@ def test_bad_inputs_are_clear_errors():
         find_learning_rate(_mlp(), x, y, None)
 
 
+def test_an_optimizer_factory_without_lr_is_named_before_anything_trains():
+    """The sweep sets the rate itself: a factory of the parameters alone cannot take it."""
+    x, y = _data(16)
+    model = _mlp()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(TypeError, match="takes no lr.*lambda p, lr"):
+        find_learning_rate(model, x, y, CE, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    result = find_learning_rate(model, x, y, CE, steps=30, verbose=False,
+                                optimizer=lambda p, lr: torch.optim.SGD(p, lr=lr))
+    assert len(result) > 0
+
+
 # -- which rule the sweep calls for (lesson.checks.lr_suggestion) ---------------------------------
 from functools import partial  # noqa: E402
 

@@ -16,6 +16,7 @@ or a probe raises or is interrupted.
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 import textwrap
 from typing import Any, Callable, Iterable, Iterator
@@ -142,9 +143,23 @@ def _make_optimizer(optimizer: Any, params: list[nn.Parameter],
     if optimizer in ("adam", "Adam"):
         return torch.optim.Adam(params, lr=lr)
     if callable(optimizer):
+        if not _takes_lr(optimizer):
+            raise TypeError(f"optimizer {optimizer!r} takes no lr: the sweep sets the rate "
+                            "at each step, so a factory must be (params, lr=...) -> Optimizer "
+                            "(an optimizer class, or lambda p, lr: torch.optim.SGD(p, lr=lr))")
         return optimizer(params, lr=lr)
     raise ValueError(f"optimizer must be 'sgd', 'adam', an Optimizer or a factory "
                      f"(params, lr=...) -> Optimizer; got {optimizer!r}")
+
+
+def _takes_lr(factory: Callable[..., Any]) -> bool:
+    """Can `factory` be called with lr=...? (True when its signature cannot be read.)"""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return True
+    return "lr" in sig.parameters or any(p.kind is p.VAR_KEYWORD
+                                         for p in sig.parameters.values())
 
 
 def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | None = None,
