@@ -18,6 +18,9 @@ _SCRIPT = r"""
 import json, os, sys
 sys.path[:0] = CODE_ROOTS
 from lesson.course.grading import child
+import importlib
+for name in PRELOAD:
+    importlib.import_module(name)
 r, w = os.pipe()
 config = {"workdir": WORKDIR, "packages": PACKAGES, "deny": DENY, "fd_in": r, "fd_out": w}
 child._install_guard(config)
@@ -48,9 +51,11 @@ sys.stdout.write(json.dumps(out))
 
 def run_guarded(deny: list[str] = (), reads: list[str] = (), writes: list[str] = (),
                 lists: list[str] = (), channels: list[str] = (), code: dict[str, str] = {},
-                workdir: str | None = None) -> dict:
+                workdir: str | None = None, preload: list[str] = ()) -> dict:
     """Each path read, written or listed under the guard: its content, or 'refused: why';
-    each snippet of `code` run (its `result`, or "ran"); "violations", what the guard noted."""
+    each snippet of `code` run (its `result`, or "ran"); "violations", what the guard noted.
+    `preload`: modules imported before the guard goes up (the sandbox imports the course's
+    and the libraries' modules first)."""
     from lesson.course.grading.sandbox import _code_roots, _package_dirs
 
     own = workdir or tempfile.mkdtemp(prefix="nndebug-guard-")
@@ -58,7 +63,7 @@ def run_guarded(deny: list[str] = (), reads: list[str] = (), writes: list[str] =
         values = {"CODE_ROOTS": _code_roots(), "WORKDIR": own, "PACKAGES": _package_dirs(),
                   "DENY": [os.path.realpath(d) for d in deny], "READS": list(reads),
                   "WRITES": list(writes), "LISTS": list(lists), "CHANNELS": list(channels),
-                  "CODE": dict(code)}
+                  "CODE": dict(code), "PRELOAD": list(preload)}
         script = "".join(f"{k} = {v!r}\n" for k, v in values.items()) + _SCRIPT
         done = subprocess.run([sys.executable, "-I", "-B", "-c", script], cwd=own,
                               capture_output=True, text=True, timeout=60,

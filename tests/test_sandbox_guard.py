@@ -251,3 +251,95 @@ def test_the_sandbox_computes_on_one_thread_and_keeps_reporting_a_patch():
         assert reply["tampering"] == ["patched lesson.findings.CODES"]
     finally:
         box.close()
+
+
+
+# -- the guard's edges: each test below failed on a small bug `make mutate` planted in child.py --
+def test_a_course_class_only_its_submodule_holds_is_guarded_and_a_stdlib_class_is_not():
+    """The guard knows the course's and the libraries' classes by their module's top-level
+    package, submodules included; other libraries' classes are the student's to set up."""
+    out = run_guarded(preload=["lesson.debugger.rules"], code={
+        "deep": "from lesson.debugger.rules import Thresholds\nThresholds.__qualname__ = 'X'",
+        "stdlib": "import json\njson.JSONDecodeError.__qualname__ = 'Renamed'\n"
+                  "result = json.JSONDecodeError.__qualname__",
+    })
+    assert out["deep"] == REFUSED + "patched lesson.debugger.rules.Thresholds.__qualname__"
+    assert out["stdlib"] == "Renamed"
+
+
+def test_opening_a_readable_file_to_write_or_truncate_is_a_write():
+    """os.open without O_CREAT: write-only, or read-only with O_TRUNC (Linux truncates)."""
+    target = os.path.join(sys.prefix, f".nndebug-guard-{os.getpid()}")
+    with open(target, "w") as f:
+        f.write("kept")
+    try:
+        out = run_guarded(code={
+            "wronly": f"import os\nos.open({target!r}, os.O_WRONLY)",
+            "trunc": f"import os\nos.open({target!r}, os.O_RDONLY | os.O_TRUNC)",
+            "read": f"result = open({target!r}).read()",
+        })
+        assert out["wronly"].startswith(REFUSED + "wrote")
+        assert out["trunc"].startswith(REFUSED + "wrote")
+        assert out["read"] == "kept"
+        with open(target) as f:
+            assert f.read() == "kept"
+    finally:
+        os.unlink(target)
+
+
+def test_a_denied_folder_that_is_also_a_readable_root_is_denied():
+    """A tie between a readable root and a denied folder goes to the deny list."""
+    prefix = os.path.realpath(sys.prefix)
+    inside = next(p for p in (os.path.join(prefix, "pyvenv.cfg"), os.path.join(prefix, "bin",
+                                                                               "python3"))
+                  if os.path.exists(p))
+    out = run_guarded(deny=[prefix], reads=[inside])
+    assert out[inside].startswith(REFUSED)
+
+
+def test_the_snapshot_reads_past_a_missing_module_and_holds_public_values_only(monkeypatch):
+    """sys.modules holds None for imports that failed; the snapshot goes on past them. It
+    takes a module's public attributes, not its private ones (a library's caches change
+    under honest use) nor the submodules an import adds."""
+    import lesson.findings  # noqa: F401
+    from lesson.course.grading import child
+
+    monkeypatch.setattr(sys, "modules", {"a_failed_import": None, **sys.modules})
+    snapshot = child._snapshot()
+    assert ("lesson.findings", "CODES") in snapshot
+    modules = set(sys.modules)
+    top = [(owner, attr) for owner, attr in snapshot if owner in modules]
+    assert top and not any(attr.startswith("_") for _, attr in top)
+    assert not any(isinstance(getattr(sys.modules[o], a), type(sys)) for o, a in top)
+
+
+def test_an_error_keeps_the_start_of_its_message_and_the_end_of_its_traceback():
+    from lesson.course.grading import child
+
+    error = child._error(ValueError("m" * 5000))
+    assert error["message"] == "m" * 4000
+    error = child._error(ValueError("t" * 9000))
+    assert len(error["traceback"]) == 8000 and error["traceback"].endswith("t\n")
+
+
+def test_a_cell_compiles_as_a_kernel_would(namespace):
+    """A cell's own `from __future__` import counts; the grader's module's does not leak in
+    (child.py has `from __future__ import annotations`); inspect reads a cell's functions."""
+    child = namespace
+    future = child._cell("from __future__ import annotations\ndef f(x: Undefined) -> None:\n"
+                         "    pass\n", "future", [])
+    assert future["ok"], future["error"]
+    plain = child._cell("def g(x: Undefined):\n    pass\n", "plain", [])
+    assert not plain["ok"] and plain["error"]["type"] == "NameError"
+    source = child._cell("import inspect\ndef h():\n    return 1\nsrc = inspect.getsource(h)\n",
+                         "inspect", ["src"])
+    assert source["names"]["src"] == {"kind": "data", "value": "def h():\n    return 1\n"}
+
+
+def test_an_argument_whose_state_cannot_be_read_is_left_out():
+    """A tensor without data (torch raises NotImplementedError, a RuntimeError) is no state."""
+    import torch
+
+    from lesson.course.grading import child
+
+    assert child._state(torch.empty(2, device="meta")) is None
