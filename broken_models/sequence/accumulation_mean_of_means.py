@@ -23,8 +23,9 @@ from broken_models.checks import above, at_least, at_most, difference
 from broken_models.tokens import markov_source, next_token_loss
 
 TITLE = "Per-micro-batch mean losses under gradient accumulation with varied lengths"
-SYMPTOM = ("The logged training loss ends about 0.15 nats above the held-out loss of the same "
-           "model on the same kind of lines (endless synthetic data: nothing to overfit), and its held-out loss ends 0.1-0.2 nats above that of the same run weighted per "
+SYMPTOM = ("The logged training loss ends 0.2-0.3 nats above the held-out loss of the same "
+           "model on the same kind of lines (endless synthetic data: nothing to overfit), and "
+           "its held-out loss ends 0.06-0.27 nats above that of the same run weighted per "
            "token.")
 EXPECTED = ("ACCUMULATION_UNWEIGHTED_MEAN",)
 CAUSES = ("ACCUMULATION_UNWEIGHTED_MEAN",)
@@ -55,7 +56,7 @@ def train_broken(seed: int) -> Outcome:
     steps, lr = 200, 1e-2
 
     torch.manual_seed(seed)
-    source = markov_source(seed, vocab=vocab, successors=6)
+    source = markov_source(seed, vocab=vocab, successors=10)
     g = torch.Generator().manual_seed(seed)
 
     def lines(n: int) -> torch.Tensor:
@@ -123,7 +124,7 @@ def train_fixed(seed: int) -> Outcome:
     steps, lr = 200, 1e-2
 
     torch.manual_seed(seed)
-    source = markov_source(seed, vocab=vocab, successors=6)
+    source = markov_source(seed, vocab=vocab, successors=10)
     g = torch.Generator().manual_seed(seed)
 
     def lines(n: int) -> torch.Tensor:
