@@ -340,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true",
                         help="run the last survivors again (after adding tests)")
     args = parser.parse_args(argv)
+    try:
+        import cosmic_ray  # noqa: F401
+    except ImportError:
+        sys.exit("mutate: Cosmic Ray is not installed: run `make mutate`, which installs it, "
+                 "or `pip install -e '.[mutation]'`")
     mapped, markers = load_map()
     modules = select(mapped, args.paths)
     if not args.report:
