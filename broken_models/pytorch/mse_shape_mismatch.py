@@ -11,11 +11,12 @@ import torch
 from torch import nn
 
 from broken_models.case import Outcome
-from broken_models.checks import above, at_most
+from broken_models.checks import Quantity, above, at_most
 from broken_models.datasets import mlp, mse, regression
 
 TITLE = "MSELoss with (N, 1) predictions and (N,) targets"
-SYMPTOM = "Validation error stays at the targets' variance: the model predicts the mean for everyone."
+SYMPTOM = ("Validation error stays at the validation targets' variance (about 0.7): the model "
+           "predicts the mean for everyone.")
 EXPECTED = ("LOSS_SHAPE_MISMATCH",)
 CAUSES = ("LOSS_SHAPE_MISMATCH",)
 CONSEQUENCES = ("DEAD_NEURONS",)  # a network that can only predict a constant lets its ReLUs die
@@ -26,7 +27,8 @@ EVIDENCE = ("Print the shapes of the prediction and of the target that reach the
             "what the report says about them.")
 CHANGE = "Change the prediction or the target so that their shapes are equal before the loss."
 TARGET = "validation mean squared error <= 0.15 (the targets' variance is about 0.7)"
-SYMPTOM_CHECK = above("val_mse", 0.6)
+SYMPTOM_CHECK = above(Quantity("validation error over the validation targets' variance",
+                               lambda m: m["val_mse"] / m["val_variance"]), 0.85)
 TARGET_CHECK = at_most("val_mse", 0.15)
 
 
@@ -47,7 +49,8 @@ def train_broken(seed: int) -> Outcome:
             debugger.record_loss(loss.item())
     losses = debugger.loss_history
     metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
-               "val_mse": mse(model, data.x_val, data.y_val)}
+               "val_mse": mse(model, data.x_val, data.y_val),
+               "val_variance": data.y_val.var(unbiased=False).item()}
     return Outcome(metrics, debugger)
 
 
@@ -68,5 +71,6 @@ def train_fixed(seed: int) -> Outcome:
             debugger.record_loss(loss.item())
     losses = debugger.loss_history
     metrics = {"losses": losses, "first_loss": losses[0], "final_loss": losses[-1],
-               "val_mse": mse(model, data.x_val, data.y_val)}
+               "val_mse": mse(model, data.x_val, data.y_val),
+               "val_variance": data.y_val.var(unbiased=False).item()}
     return Outcome(metrics, debugger)
