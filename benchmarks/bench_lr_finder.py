@@ -2,7 +2,8 @@
 
 For each task the same freshly initialised model goes through:
   * our `find_learning_rate` (100 steps, 1e-7 -> 10, on the task's DataLoader; on plain SGD
-    classifiers, then its probes: 50-step trainings at multiples of the sweep's edge),
+    classifiers, then its probes: 50-step trainings at multiples of the sweep's edge, or
+    after a flat sweep fixed-rate trainings of 50 steps and longer below 20),
   * the lesson's rule (10 points before the lowest raw loss) applied to that same sweep,
   * torch-lr-finder's `LRFinder.range_test` (same range and steps) and its plot's suggestion
     (steepest gradient of the smoothed loss),
@@ -31,17 +32,20 @@ sequences, with Adam and with SGD momentum, an LSTM regression, budgets of 50 an
 500-2000 steps: tanh, sigmoid, a CNN, a small transformer, a wide MLP, a tanh regression);
 `edge-held-out`, 7 more of that kind (a tanh CNN, a two-layer sigmoid MLP, a two-layer
 transformer, a ReLU MLP, a linear classifier, a deeper tanh MLP, a ReLU regression), held out
-at first, then looked at to design the probes of the EDGE rule; `edge-confirm`, 8 written
-after the rules were fixed and run only to confirm them (GELU, ELU and leaky ReLU networks, a
-sigmoid CNN, a binary cross-entropy, a wider transformer; momentum and Adam on long budgets).
-The suggestion rules were designed on `tuning` (benchmark, extra, edge, edge-held-out) at
-BENCH_SEED=0 and 1, and only checked on `confirm` (held-out, edge-confirm) and at
-BENCH_SEED=2; `all` runs the 41 and counts, per tool, the tasks within 3x and the rates that
-diverge. BENCH_SEED changes every initialisation. Tasks run in parallel processes (`--jobs`,
-default 2), one torch thread each; the numbers do not depend on it; `-k` picks tasks by
-name. Grid searches are kept in `--cache` (benchmarks/.cache/lr_grids.jsonl), keyed by a
-digest of all they depend on (the task, its initial weights, the training code): a changed
-finder reruns only the tools.
+at first, then looked at to design the probes of the EDGE rule; `edge-confirm`, 8 written after
+the rules were fixed and run only to confirm them (GELU, ELU and leaky ReLU networks, a sigmoid
+CNN, a binary cross-entropy, a wider transformer; momentum and Adam on long budgets), whose
+three misses (a flat sweep, momentum 0.21x, Adam 3.83x) were then mended; `confirm-2`, 10
+written before those mends and run only to confirm them (momentum and Adam on 500-1500 steps:
+ELU, leaky-ReLU, tanh and ReLU MLPs, a ReLU and a GELU CNN, a GRU; two sigmoid networks under
+plain SGD; an Adam regression). The suggestion rules were designed on `tuning` (benchmark,
+extra, edge, edge-held-out) at BENCH_SEED=0 and 1, and checked on `confirm` (held-out,
+edge-confirm, confirm-2) and at BENCH_SEED=2; `all` runs the 51 and counts, per tool, the tasks
+within 3x and the rates that diverge. BENCH_SEED changes every initialisation. Tasks run in
+parallel processes (`--jobs`, default 2), one torch thread each; the numbers do not depend on
+it; `-k` picks tasks by name. Grid searches are kept in `--cache`
+(benchmarks/.cache/lr_grids.jsonl), keyed by a digest of all they depend on (the task, its
+initial weights, the training code): a changed finder reruns only the tools.
 
     .venv/bin/python benchmarks/bench_lr_finder.py [--set all] [--jobs 1] [raw.npy]
 """
@@ -395,16 +399,66 @@ def edge_confirm_tasks() -> list[Task]:
     ]
 
 
+def confirm_2_tasks() -> list[Task]:
+    """Written before the STEEPEST rule read classifiers in log loss and before flat sweeps
+    were probed, and run only to confirm those changes: SGD with momentum and Adam on long
+    budgets (ELU, ReLU, tanh, GELU networks, a CNN, a GRU), sigmoid networks under plain SGD
+    whose sweep may stay flat, and a regression with Adam on a long budget."""
+    g = torch.Generator().manual_seed(51)
+    xd, yd = _digits()
+    x1, y1 = _teacher_data(g, 51, 18, 28, 5)
+    x2, y2 = _teacher_data(g, 52, 12, 40, 7)
+    xs = torch.randn(2048, 16, 3, generator=g)
+    drift = xs[:, :, 0].cumsum(1)[:, -1] - xs[:, -4:, 2].sum(1)
+    ys = (drift > -1).long() + (drift > 1).long()                    # 3 classes
+    x6 = torch.randn(2048, 6, generator=g)
+    y6 = 20 * (x6 @ torch.randn(6, 1, generator=g)) + 10 * torch.cos(2 * x6[:, :1])
+    return [
+        Task("elu-mlp-digits (SGD momentum, 800 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 96), nn.ELU(),
+                                   nn.Linear(96, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "sgd-momentum", steps=800),
+        Task("cnn-digits (SGD momentum, 600 steps)", lambda: _cnn(width=10),
+             xd, yd, nn.CrossEntropyLoss(), "sgd-momentum", steps=600),
+        Task("leaky-relu-mlp-synthetic-7cls (SGD momentum, 1500 steps)",
+             lambda: nn.Sequential(nn.Linear(12, 96), nn.LeakyReLU(0.1), nn.Linear(96, 7)),
+             x2, y2, nn.CrossEntropyLoss(), "sgd-momentum", steps=1500),
+        Task("gru-sequences-3cls (SGD momentum, 600 steps)",
+             lambda: RecurrentHead(nn.GRU, 3, 24, 3), xs, ys, nn.CrossEntropyLoss(),
+             "sgd-momentum", steps=600),
+        Task("tanh-mlp-synthetic-5cls (Adam, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(18, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                                   nn.Linear(64, 5)),
+             x1, y1, nn.CrossEntropyLoss(), "adam", steps=1000),
+        Task("gelu-cnn-digits (Adam, 500 steps)", lambda: _cnn(nn.GELU),
+             xd, yd, nn.CrossEntropyLoss(), "adam", steps=500),
+        Task("relu-mlp-digits (Adam, 1500 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(),
+                                   nn.Linear(128, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "adam", steps=1500),
+        Task("sigmoid-cnn-digits-wide (SGD, 800 steps)", lambda: _cnn(nn.Sigmoid, width=12),
+             xd, yd, nn.CrossEntropyLoss(), "sgd", steps=800),
+        Task("sigmoid-mlp-synthetic-3-hidden (SGD, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(18, 48), nn.Sigmoid(), nn.Linear(48, 48),
+                                   nn.Sigmoid(), nn.Linear(48, 48), nn.Sigmoid(),
+                                   nn.Linear(48, 5)),
+             x1, y1, nn.CrossEntropyLoss(), "sgd", steps=1000),
+        Task("regression-cosine (Adam, 1500 steps)",
+             lambda: nn.Sequential(nn.Linear(6, 64), nn.ReLU(), nn.Linear(64, 1)),
+             x6, y6, nn.MSELoss(), "adam", steps=1500),
+    ]
+
+
 #: the task sets `--set` chooses from
 SETS: dict[str, Callable[[], list[Task]]] = {
     "benchmark": lambda: tasks(), "held-out": lambda: held_out_tasks(),
     "extra": lambda: extra_tasks(), "edge": lambda: edge_tasks(),
     "edge-held-out": lambda: edge_held_out_tasks(),
-    "edge-confirm": lambda: edge_confirm_tasks()}
+    "edge-confirm": lambda: edge_confirm_tasks(), "confirm-2": lambda: confirm_2_tasks()}
 #: ...and the groups of sets: "tuning", the sets the suggestion rules were designed on;
 #: "confirm", the sets they were only checked on; "all", every set
 GROUPS = {"tuning": ("benchmark", "extra", "edge", "edge-held-out"),
-          "confirm": ("held-out", "edge-confirm"), "all": tuple(SETS)}
+          "confirm": ("held-out", "edge-confirm", "confirm-2"), "all": tuple(SETS)}
 
 
 def all_tasks(name: str) -> list[Task]:
@@ -597,7 +651,7 @@ def main() -> None:
                         help="which tasks: the benchmark's five (default), the held-out eight, "
                              "the extra seven (RNNs, short and long budgets), the edge six "
                              "(plain SGD, 500-2000 steps), the edge-held-out seven, the "
-                             "edge-confirm eight; 'tuning' "
+                             "edge-confirm eight, the confirm-2 ten; 'tuning' "
                              "and 'confirm' (the sets the rules were designed on / only "
                              "checked on), or all of them")
     parser.add_argument("--held-out", action="store_true", help="the same as --set held-out")

@@ -303,6 +303,9 @@ def test_plain_sgd_stopped_mid_fall_by_the_edge_gets_a_rate_near_the_edge(seed):
     other = _choose(raw)
     assert other.kind == "steepest" and other.lr <= other.edge / rules.STEEPEST_CAP * 1.0001
     assert "momentum" in other.reason and edge.lr > 2.5 * other.lr
+    adam = _choose(raw, adaptive=True)             # below both caps: the same descent
+    assert adam.kind == "steepest" and "adaptive" in adam.reason and adam.edge == other.edge
+    assert adam.lr == other.lr < other.edge / rules.ADAPTIVE_CAP
 
 
 def test_plain_sgd_on_a_regression_loss_is_read_by_the_steepest_rule():
@@ -421,6 +424,104 @@ def test_a_flat_sweep_that_never_rose_gets_no_rate_not_its_scatters_steepest_des
     assert "higher end_lr" in got.reason
 
 
+def _flat_probe(moves_at: dict[float, float], from_steps: int):
+    """A probe for a sweep flat up to 10: blows up above 15; below, the loss moves (to
+    `moves_at[lr]`) only in trainings of `from_steps` steps or more, else stays 1% under
+    ln 10. It records its calls as (lr, steps)."""
+    calls = []
+
+    def probe(lr, steps):
+        calls.append((lr, steps))
+        if lr > 15:
+            return math.inf
+        still = 0.99 * math.log(10)
+        return moves_at.get(round(lr, 4), still) if steps >= from_steps else still
+    probe.calls = calls
+    return probe
+
+
+def test_a_flat_sweep_is_probed_longer_until_a_rate_moves_the_loss():
+    """A sigmoid CNN's kind: one step at each rate moved nothing up to the sweep's end (10),
+    nor did 50 steps at any fixed rate from 20 down to 10/64; 150 steps at 1.25 did. 0.625
+    then falls short of 90% of that fall, and so does 0.3125: two in a row end the probes."""
+    flat = _edge_sweep(fall=0.0, edge=100.0, noise=0.0)
+    probe = _flat_probe({1.25: 1.8, 0.625: 2.1}, from_steps=150)
+    got = _choose(flat, plain_sgd=True, probe=probe)
+    assert got.kind == "edge" and got.lr == pytest.approx(1.25) and got.edge is None
+    rates = [2 * LRS[-1] / 2 ** k for k in range(rules.FLAT_PROBE_RATES)]
+    assert probe.calls == [(r, 50) for r in rates] + [(r, 150) for r in rates[:7]]
+    assert got.probes == tuple((r, probe(r, s)) for r, s in probe.calls[:15])
+    assert "150 steps" in got.reason and FLAT in got.reason
+
+
+FLAT = rules.FLAT_SWEEP
+
+
+def test_a_flat_sweep_whose_probes_never_move_the_loss_gets_no_rate():
+    flat = _edge_sweep(fall=0.0, edge=100.0, noise=0.0)
+    probe = _flat_probe({}, from_steps=10 ** 6)
+    got = _choose(flat, plain_sgd=True, probe=probe)
+    assert got.lr is None and got.reason.startswith(FLAT)
+    assert [s for _, s in probe.calls] == [n for n in rules.FLAT_PROBE_STEPS
+                                           for _ in range(rules.FLAT_PROBE_RATES)]
+    assert "450 steps" in got.reason and "higher end_lr" in got.reason
+    # a move of just under MIN_FALL is not one; just over it is
+    for below, moved in ((0.9 * rules.MIN_FALL, False), (1.1 * rules.MIN_FALL, True)):
+        probe = _flat_probe({2.5: math.log(10) * math.exp(-below)}, from_steps=50)
+        assert (_choose(flat, plain_sgd=True, probe=probe).lr is not None) is moved
+
+
+def test_the_finder_probes_a_flat_sweep_on_a_real_model():
+    """A linear classifier without bias on inputs scaled by 0.01: its edge of stability is
+    ~10^4 times higher than with unit inputs, so a sweep to 10 moves nothing. 50-step
+    trainings from 20 down do; the suggestion is the highest probed rate, said so, and it
+    trains far better than a rate 8 times lower."""
+    x, y = _data(512)
+    x = 0.01 * x
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Linear(10, 2, bias=False)
+    result = find_learning_rate(model(), x, y, CE, batch_size=64, verbose=False)
+    assert result.kind == "edge" and result.edge_lr is None
+    assert result.suggested_lr == pytest.approx(20.0) and "highest probed" in result.rule
+    assert result.steps_spent == len(result) + result.probe_steps > len(result) + 50
+
+    def final_loss(lr):
+        m = model()
+        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        for i in range(300):
+            rows = slice(64 * (i % 8), 64 * (i % 8 + 1))
+            opt.zero_grad()
+            CE(m(x[rows]), y[rows]).backward()
+            opt.step()
+        return CE(m(x), y).item()
+    assert final_loss(result.suggested_lr) < final_loss(result.suggested_lr / 8) - 0.1
+
+
+def test_a_classifier_s_steepest_descent_is_read_in_its_log_loss():
+    """A fall from ln 10 to 2% of it, shaped like a smooth step in log lr: the loss itself
+    falls fastest halfway, its log near the bottom, where the loss halves fastest. A
+    classifier's sweep is read the second way, a regression's the first; both stay under a
+    third of the edge."""
+    edge = 0.5
+
+    def loss(lr):
+        x = min(max(math.log10(lr / 1e-3) / math.log10(edge / 1e-3), 0.0), 1.0)
+        past = max(0.0, math.log10(lr / edge)) * 99 / 7
+        return math.log(10) * (1 - 0.98 * x * x * (3 - 2 * x)) * 2 ** past
+    raw = [loss(lr) for lr in LRS]
+    relative = _choose(raw)
+    absolute = _choose(raw, classification=False)
+    assert relative.kind == absolute.kind == "steepest"
+    assert relative.edge == absolute.edge
+    # the smoothed loss lags the raw one: its linear fall is steepest a little past halfway
+    assert 0.02 < absolute.lr < 0.08 and relative.lr > 3 * absolute.lr
+    assert relative.lr == pytest.approx(relative.edge / rules.STEEPEST_CAP)
+    adam = _choose(raw, adaptive=True)             # Adam's kind: the lower cap
+    assert adam.lr == pytest.approx(relative.edge / rules.ADAPTIVE_CAP)
+
+
 def test_attention_and_other_optimizers_are_not_probed():
     raw = _edge_sweep(noise=0.0)
     probe = _probe(lambda r: 0.1)
@@ -530,7 +631,9 @@ def test_the_finder_says_which_rule_and_why(optimizer, criterion, kind):
     assert result.kind == kind and result.rule.startswith(kind)
     assert result.edge_lr is not None
     if kind == "steepest":
-        assert result.suggested_lr <= result.edge_lr / rules.STEEPEST_CAP * 1.0001
+        cap = rules.ADAPTIVE_CAP if optimizer == "adam" else rules.STEEPEST_CAP
+        assert result.suggested_lr <= result.edge_lr / cap * 1.0001
+        assert ("adaptive" in result.rule) is (optimizer == "adam")
         assert result.probes == [] and result.probe_steps == 0
     else:     # probed: a multiple of the edge, from half of it to 64 times it
         ratio = result.suggested_lr / result.edge_lr

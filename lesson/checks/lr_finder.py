@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import inspect
+import itertools
 import math
 import textwrap
 from typing import Any, Callable, Iterable, Iterator
@@ -214,14 +215,13 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
             yield batch
 
     def probe(lr: float, n: int) -> float:
-        """Each probe from the initial weights and scored on the same batches; trained on
-        them too when all `n` fit in PROBE_BATCH_BYTES (the probes then differ only by their
-        rate), else on fresh ones."""
-        same = spent[0] > 0 and len(kept) >= n
+        """Each probe from the initial weights, trained on the kept batches first (then on
+        fresh ones, kept while they fit in PROBE_BATCH_BYTES: probes of one length then
+        differ only by their rate) and scored on the kept ones."""
         with preserved(model, user_optimizer):
             out = _train_at(model, _make_optimizer(optimizer, params, lr),
-                            kept[:n] if same else drawn(n) if not spent[0] else
-                            (next(batches) for _ in range(n)), kept, criterion, lr)
+                            itertools.chain(kept[:n], drawn(max(n - len(kept), 0))), kept,
+                            criterion, lr)
         spent[0] += n
         return out
 
@@ -234,6 +234,7 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
                                           steps, beta, diverge_factor)
         smoothed = smooth(losses, beta)
         choice = choose_lr(lrs, smoothed, skip_start, losses, plain_sgd=plain_sgd,
+                           adaptive=not isinstance(opt, torch.optim.SGD),
                            classification=criterion_kind(criterion) in CLASSIFICATION,
                            attention=any(isinstance(m, nn.MultiheadAttention)
                                          for m in model.modules()),

@@ -15,9 +15,18 @@ all` measures them against grid searches of trainings of 50 to 2000 steps):
   crosses each rate in one step); 50 steps at a fixed rate can. Without a way to train
   (a sweep read from a file), 0.9 x the edge.
 * STEEPEST, for anything else: the rate where the smoothed loss falls fastest, capped at a
-  third of the edge. Adam and momentum make their best progress well below the rate their
-  sweep blows up at; a regression's curvature does not fall as it learns, and SGD's noise
-  sets a floor that rises with the rate: their best rates sit in the steep part of the fall.
+  third of the edge (Adam's kind: ADAPTIVE_CAP). Adam and momentum make their best progress
+  well below the rate their sweep blows up at; a regression's curvature does not fall as it
+  learns, and SGD's noise sets a floor that rises with the rate: their best rates sit in the
+  steep part of the fall. A classifier's fall is read in the log of its loss (where it falls
+  by the largest factor), a regression's in the loss itself: a cross-entropy's progress is
+  relative, each halving as hard as the last, and read in the loss itself its fastest fall
+  comes while the loss is still near chance (a tanh network with momentum: 0.21 x the grid's
+  best rate over 1000 steps; 0.77 x in log); a regression's log loss falls by orders of
+  magnitude at rates far below its best, fitting the targets' offset and scale (17.9 x the
+  best rate on targets of ~1000, read in log; 0.76 x in the loss).
+* A flat sweep of plain SGD on a classifier (one step at each rate moved nothing) is probed
+  too: fixed-rate trainings from above the sweep's end down, longer until one moves the loss.
 
 The kind could not be read from the curve alone: on the benchmark, classifiers whose sweep fell
 by 1.9 e-folds wanted the edge and regressions that fell by 2.1 the steepest descent; the
@@ -57,6 +66,14 @@ the real fall, and a rule reading the first dip measures noise."""
 STEEPEST_CAP = 3.0
 """STEEPEST: the suggestion is at most the edge divided by this (the margin the minimum-based
 rules keep: fastai's lr_min = minimum / 10 is a wider one)."""
+
+ADAPTIVE_CAP = 4.5
+"""...and at most the edge divided by this for an adaptive optimizer (Adam's kind): its steps
+are about the rate in every coordinate from the first one, so the sweep's edge is where one
+such step undoes the fit, and over a training its noise floor rises with the rate. On the
+benchmark's Adam classifiers the grid's best rate sat at 0.085-0.59 x the sweep's edge
+(median 0.18), where a third of the edge was 0.57-3.9 x the best; 1/4.5 puts them at
+0.38-2.6 x."""
 
 # -- EDGE ------------------------------------------------------------------------------------
 CURVE_WINDOW = 5
@@ -116,6 +133,17 @@ near 0, every rate that trains at all makes 90% of its fall (a separable task tr
 full-batch: 0.017 against the best 0.0067, at a rate whose double diverged)."""
 PROBE_PATIENCE = 2
 
+FLAT_PROBE_TOP = 2.0
+"""A flat sweep (FLAT_SWEEP) of plain SGD on a classifier, probed: one step at each rate moved
+nothing, so trainings at fixed rates look for the loss to move, from this many times the
+sweep's last rate (it showed no edge up to there)..."""
+FLAT_PROBE_RATES = 8
+"""...down, PROBE_GROWTH times lower each, to 64 x below the sweep's last rate..."""
+FLAT_PROBE_STEPS = (50, 150, 450)
+"""...each as long as the first of these, then the next while no rate moved the loss: a
+sigmoid CNN whose sweep to 10 stayed flat moved at no rate in 50 steps and at 1.26 in 150
+(its grid best over 600 steps was 3.2)."""
+
 ATTENTION_SHARE = 0.35
 """With attention layers, no probes: this share of the edge. Their stable rate falls as
 training goes on (attention logits grow: Wortsman et al., 2023, "Small-scale proxies for
@@ -151,21 +179,24 @@ def smooth(losses: list[float], beta: float = 0.85) -> list[float]:
 
 def suggest_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
                raw: list[float] | None = None, *, plain_sgd: bool = False,
-               classification: bool = False, attention: bool = False) -> float | None:
+               classification: bool = False, attention: bool = False,
+               adaptive: bool = False) -> float | None:
     """The suggested learning rate of a sweep (see `choose_lr`). None when the loss never
     went down."""
     return choose_lr(lrs, smoothed, skip_start, raw, plain_sgd=plain_sgd,
-                     classification=classification, attention=attention).lr
+                     classification=classification, attention=attention,
+                     adaptive=adaptive).lr
 
 
 def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
               raw: list[float] | None = None, *, plain_sgd: bool = False,
               classification: bool = False, attention: bool = False,
-              probe: Probe | None = None) -> Suggestion:
+              adaptive: bool = False, probe: Probe | None = None) -> Suggestion:
     """Which rule the sweep calls for, and its suggestion. `smoothed` is the smoothed loss,
     `raw` the raw one (the smoothed one when not given); what the sweep ran: `plain_sgd` (SGD
     without momentum), `classification` (a classification loss: cross-entropy, NLL, BCE),
-    `attention` (a network with attention layers); `probe` trains at a fixed rate (EDGE's
+    `attention` (a network with attention layers), `adaptive` (Adam, RMSprop or another
+    optimizer with per-parameter step sizes: ADAPTIVE_CAP); `probe` trains at a fixed rate (EDGE's
     probes; without it EDGE takes EDGE_SHARE of the edge). The rules are the module's."""
     n = len(lrs)
     if len(smoothed) != n or (raw is not None and len(raw) != n):
@@ -175,14 +206,21 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
         return Suggestion(None, None, "too few points after the first ones")
     raw = smoothed if raw is None else raw
     probes: tuple[tuple[float, float], ...] = ()
-    if not plain_sgd:
-        why_not = "the sweep ran Adam or SGD with momentum, whose best rates sit well below " \
-                  "the edge their sweep shows"
+    cap = ADAPTIVE_CAP if adaptive else STEEPEST_CAP
+    if adaptive:
+        why_not = "the sweep ran an adaptive optimizer (Adam, RMSprop, ...), whose best rates " \
+                  "sit well below the edge its sweep shows"
+    elif not plain_sgd:
+        why_not = "the sweep ran SGD with momentum, whose best rates sit well below the edge " \
+                  "its sweep shows"
     elif not classification:
         why_not = "plain SGD on a loss that is not a classifier's (a regression's curvature " \
                   "does not fall as it learns)"
     else:
         edge = edge_rule(lrs, raw, skip_start, attention)
+        untrained = float(np.median(raw[:max(skip_start, 1)]))
+        if edge.reason == FLAT_SWEEP and probe is not None and not attention:
+            return flat_probe_rule(float(lrs[-1]), probe, untrained)
         if edge.reason == FLAT_SWEEP:
             return Suggestion(None, None, f"{FLAT_SWEEP}: no rate can be read from it (the "
                               "steepest descent of a flat curve is batch scatter); a sweep to "
@@ -190,20 +228,24 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
         if edge.lr is not None and (probe is None or attention):
             return edge
         if edge.lr is not None:
-            edge = probe_rule(edge, probe, float(np.median(raw[:max(skip_start, 1)])))
+            edge = probe_rule(edge, probe, untrained)
             if edge.lr is not None:
                 return edge
         why_not, probes = edge.reason, edge.probes
-    lr, edge_lr = steepest_rule(lrs, smoothed, skip_start, raw)
+    lr, edge_lr = steepest_rule(lrs, smoothed, skip_start, raw, relative=classification,
+                                cap=cap)
     if lr is None:
         return Suggestion(None, None, "the loss never went down")
-    return Suggestion(lr, "steepest", f"steepest: {why_not}; the steepest descent of the "
-                      f"smoothed loss, at most the edge of stability ({edge_lr:.2g}) / "
-                      f"{STEEPEST_CAP:g}", edge_lr, probes=probes)
+    read = "the log of the smoothed loss (a classifier's)" if classification else \
+        "the smoothed loss"
+    return Suggestion(lr, "steepest", f"steepest: {why_not}; the steepest descent of "
+                      f"{read}, at most the edge of stability ({edge_lr:.2g}) / {cap:g}",
+                      edge_lr, probes=probes)
 
 
 def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
-                  raw: list[float]) -> tuple[float | None, float | None]:
+                  raw: list[float], relative: bool = False, cap: float = STEEPEST_CAP
+                  ) -> tuple[float | None, float | None]:
     """STEEPEST: (suggestion, edge), on the smoothed loss after the first `skip_start` points.
 
     1. plateau = median of the next 10 smoothed losses; drop = plateau - minimum;
@@ -215,8 +257,9 @@ def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
        batch scatter: the rate undid the whole fall, so it is past the edge even if the loss
        recovers later (Adam often does, and then keeps "improving");
     4. steepest = the rate where the smoothed loss falls fastest against log10(lr), searched
-       over the fall up to the edge;
-    5. suggestion = min(steepest, edge / STEEPEST_CAP).
+       over the fall up to the edge; with `relative` (a classifier), where its log falls
+       fastest;
+    5. suggestion = min(steepest, edge / cap) (STEEPEST_CAP; ADAPTIVE_CAP for Adam's kind).
 
     Steps 2 and 3 read the fall, not the noise: recurrent networks (a single batch spiking
     above the plateau mid-fall) and regressions with noisy batch losses (the smoothed loss
@@ -238,9 +281,12 @@ def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
     edge = next((i for i in range(half, i_min) if _past_edge(spikes, i, start, plateau)), i_min)
     lo = max(start - 1, 0)
     hi = max(edge, lo + 2)
-    slope = np.gradient(loss[lo:hi + 1], log_lr[lo:hi + 1])
+    fall = loss[lo:hi + 1]
+    if relative and bool(np.all(fall > 0)):
+        fall = np.log(fall)
+    slope = np.gradient(fall, log_lr[lo:hi + 1])
     steepest = lrs[lo + int(np.argmin(slope))]
-    return float(min(steepest, lrs[edge] / STEEPEST_CAP)), float(lrs[edge])
+    return float(min(steepest, lrs[edge] / cap)), float(lrs[edge])
 
 
 def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
@@ -338,6 +384,51 @@ def probe_rule(edge: Suggestion, probe: Probe, untrained: float) -> Suggestion:
                       f"probe's fall (to {bar:.3g} or lower) is {lr / edge.edge:.3g} x the "
                       f"edge",
                       edge.edge, probes=tuple(scores))
+
+
+def flat_probe_rule(top: float, probe: Probe, untrained: float) -> Suggestion:
+    """A flat sweep, probed: fixed-rate trainings from FLAT_PROBE_TOP x the sweep's last rate
+    `top` down, PROBE_GROWTH times lower each (FLAT_PROBE_RATES at most), first
+    FLAT_PROBE_STEPS[0] steps each, then longer while none moved the loss by MIN_FALL below
+    `untrained`; at the first length where one did, the largest rate that made PROBE_KEEP of
+    the best probe's fall (as EDGE's probes). Descending stops after PROBE_PATIENCE rates in
+    a row short of that once one moved. Suggestion(None, ...) when none moved at any length."""
+    moved_below = untrained * math.exp(-MIN_FALL)
+    probes: list[tuple[float, float]] = []
+    for steps in FLAT_PROBE_STEPS:
+        scores: list[tuple[float, float]] = []
+        best, worse = math.inf, 0
+        for k in range(FLAT_PROBE_RATES):
+            lr = top * FLAT_PROBE_TOP / PROBE_GROWTH ** k
+            score = probe(lr, steps)
+            probes.append((lr, score))
+            if score < best and score < moved_below:
+                best, worse = score, 0
+            elif best < math.inf and not (score < untrained and _kept(score, best, untrained)):
+                worse += 1
+                if worse >= PROBE_PATIENCE:
+                    break
+            if score < untrained:
+                scores.append((lr, score))
+        if best < math.inf:
+            lr, _ = max((p for p in scores if _kept(p[1], best, untrained)), key=lambda p: p[0])
+            tried = ", ".join(f"{r:.3g}: {v:.3g}" for r, v in scores)
+            highest = (" (the highest probed: a sweep to a higher end_lr shows whether a "
+                       "higher one trains better)" if lr >= top * FLAT_PROBE_TOP else "")
+            return Suggestion(lr, "edge",
+                              f"edge, probed: {FLAT_SWEEP} up to {top:.3g}, one step at each "
+                              f"rate; trainings of {steps} steps at fixed rates from "
+                              f"{top * FLAT_PROBE_TOP:.3g} down took the loss from "
+                              f"{untrained:.3g} to {tried}: the largest rate that made "
+                              f"{PROBE_KEEP:.0%} of the best one's fall is {lr:.3g}{highest}",
+                              None, probes=tuple(probes))
+    return Suggestion(None, None, f"{FLAT_SWEEP}, and no training of "
+                      f"{FLAT_PROBE_STEPS[-1]} steps at a fixed rate from "
+                      f"{top * FLAT_PROBE_TOP:.3g} down to "
+                      f"{top * FLAT_PROBE_TOP / PROBE_GROWTH ** (FLAT_PROBE_RATES - 1):.3g} "
+                      f"brought the loss {math.expm1(MIN_FALL):.0%} below its untrained "
+                      f"{untrained:.3g}: a sweep to a higher end_lr shows where it falls",
+                      None, probes=tuple(probes))
 
 
 def _kept(score: float, best: float, untrained: float) -> bool:
