@@ -264,11 +264,12 @@ CODES: dict[str, Code] = {
               "float('-inf')) before softmax in hand-written attention (never a small "
               "negative number); then check_causality(model, x) must come back empty.",
               _S.ERROR, "model", "causality"),
-        _code("TARGETS_NOT_SHIFTED", "Next-token targets equal the model's inputs (not shifted "
-              "by one): the model learns to copy the token it is given and the loss falls to "
-              "about 0.",
-              "Predict the next token: feed tokens[:, :-1] and compare the logits with "
-              "tokens[:, 1:] (inputs drop the last token, targets the first).",
+        _code("TARGETS_NOT_SHIFTED", "Next-token targets are not the inputs shifted by one: "
+              "equal to them (the model learns to copy the token it is given and the loss "
+              "falls to about 0), or shifted twice (the model learns the token after next).",
+              "Shift once: feed tokens[:, :-1] and compare the logits with tokens[:, 1:] "
+              "(inputs drop the last token, targets the first); a model that shifts its labels "
+              "itself (Hugging Face's LM heads) takes labels equal to input_ids, unshifted.",
               _S.ERROR, "loss", "monitor"),
         _code("PADDING_IN_LOSS", "The targets hold the padding id and the loss does not ignore "
               "it: the model is trained to predict padding, the loss looks better than the real "

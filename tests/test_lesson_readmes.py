@@ -76,6 +76,7 @@ def test_every_code_block_runs(path, tmp_path, monkeypatch):
     # the sequence section shows what it says: a leak below the floor, a copier, the two checks
     assert namespace["watcher"].loss_history[-1] < namespace["floor"] - 0.3   # no mask: too good
     assert [f.code for f in namespace["copier"].diagnose()] == ["TARGETS_NOT_SHIFTED"]
+    assert [f.code for f in namespace["twice"].diagnose()] == ["TARGETS_NOT_SHIFTED"]
     assert namespace["leak"][0].code == "CAUSAL_LEAK"
     assert lesson_check_causality(namespace["healthy"], namespace["sample"](4, 16)) == []
     assert "CAUSAL_LEAK" in printed and "BATCH_MIXING" in printed

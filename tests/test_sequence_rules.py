@@ -252,6 +252,43 @@ def test_targets_not_shifted_needs_enough_targets_and_no_shifted_input():
     assert watch.findings() == []
 
 
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    """Labels shifted by a collate step (`labels[:, :-1] = x[:, 1:]`, the last -100) and again
+    by a model that shifts its labels itself (`labels[:, 1:]` against `logits[:, :-1]`): the
+    targets the loss sees, one per input position but the last."""
+    labels = torch.full_like(x, -100)
+    labels[:, :-1] = x[:, 1:]
+    return labels[:, 1:]
+
+
+@pytest.mark.parametrize("equal, found", [(0.96, True), (0.94, False)])
+def test_labels_shifted_twice_threshold(equal, found):
+    x = _text(4, 100)
+    y = _twice(x)
+    ok = y != -100
+    differ = (torch.rand(y.shape, generator=torch.Generator().manual_seed(1)).argsort(1)
+              < round((1 - equal) * int(ok[0].sum()))) & ok
+    y[differ] = (y[differ] % 49) + 1
+    assert ("TARGETS_NOT_SHIFTED" in _watch_loss(x, y)) is found
+
+
+def test_labels_shifted_twice_are_told_from_once_and_named():
+    x = _text(4, 40)
+    assert _watch_loss(x, _twice(x)) == ["TARGETS_NOT_SHIFTED"]
+    assert _watch_loss(x, x[:, 1:].clone()) == []                 # shifted once: right
+    assert _watch_loss(x, x[:, 2:].clone()) == []   # one shorter only: not laid out as tokens
+    model = nn.Embedding(50, 4)
+    watch = S.SequenceWatch(model, lambda *a: None)
+    watch.on_train_forward((x,), {}, 0, True, [])
+    y = _twice(x).reshape(-1)
+    logits = torch.zeros(y.numel(), 50)
+    watch.on_call(F.cross_entropy, (logits, y), {}, F.cross_entropy(logits, y), "", 0, True)
+    (finding,) = watch.findings()
+    assert "shifted twice" in finding.message and "token after next" in finding.message
+    assert finding.evidence["offset"] == 2 and finding.evidence["targets_compared"] == 4 * 38
+    assert _watch_loss(_text(2, 6), _twice(_text(2, 6))) == []   # 8 targets: too few to judge
+
+
 def _padded_batch(pad_share: float, b: int = 10, t: int = 100) -> torch.Tensor:
     x = _text(b, t)
     pads = round(pad_share * b * t)

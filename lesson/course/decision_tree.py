@@ -160,7 +160,10 @@ TREE: tuple[Node, ...] = (
              "first steps to what a model blind to its context gets (the tokens' frequencies) "
              "and stays there; the same peak rate trains after a warm-up", "WARMUP_MISSING"),
           _c("an RNN or a transformer without batch_first reads (batch, time) as (time, "
-             "batch): a sample's output depends on the other samples", "BATCH_MIXING")),
+             "batch): a sample's output depends on the other samples", "BATCH_MIXING"),
+          _c("the labels are shifted twice (by the collate step and again by a model that "
+             "shifts them itself): the model is asked for the token after next",
+             "TARGETS_NOT_SHIFTED")),
        _q("The results depend on the padding or on how the batch was cut",
           _c("attention puts weight on padded keys: no key padding mask is given",
              "ATTENTION_ON_PADDING"),

@@ -8,9 +8,10 @@ summary is read at, the token counts of micro-batches. `SequenceWatch` is fed by
 * **next-token runs** are recognised from the data: the targets equal one of the model's
   token inputs shifted by one along an axis (that axis is time). At the end of the first such
   step the causality probe runs once (`lesson.debugger.dependence.causal_leak`): CAUSAL_LEAK.
-* **targets equal to the inputs** (not shifted), when no input is the targets shifted by one
-  (a seq2seq copy task has the targets equal to its source but shifted to its decoder input):
-  TARGETS_NOT_SHIFTED.
+* **targets equal to the inputs** (not shifted), or to the inputs two positions on (shifted
+  twice: by the data and again by a model that shifts its labels itself), when no input is
+  the targets shifted by one (a seq2seq copy task has the targets equal to its source but
+  shifted to its decoder input): TARGETS_NOT_SHIFTED.
 * **padding** (pad id from `lesson.debugger.padding`): targets at padded positions that the
   loss does not ignore (PADDING_IN_LOSS); a model output read at one position that is padding
   for some rows, `out[:, -1]` on right-padded rows (PADDED_POSITION_READ); a padding mask given
@@ -691,14 +692,28 @@ class SequenceWatch:
         for place, rel in rels.items():
             same = max(rel[a]["same"] for a in (0, 1))
             counted = max(rel[a]["targets"] for a in (0, 1))
-            if same >= RELATION_SHARE and not shifted and counted >= MIN_RELATION_TARGETS:
+            twice = max(rel[a]["twice"] for a in (0, 1))
+            compared = max(rel[a]["twice_targets"] for a in (0, 1))
+            if shifted:
+                continue
+            if same >= RELATION_SHARE and counted >= MIN_RELATION_TARGETS:
                 found.append(Finding(
                     "TARGETS_NOT_SHIFTED",
                     f"{same:.0%} of the targets equal the model's input {_name(place)} at the "
                     "same position: the model is trained to copy the token it is given, not to "
                     "predict the next one",
                     evidence={"argument": place, "share_equal": round(same, 4),
-                              "targets_compared": int(counted)},
+                              "targets_compared": int(counted), "offset": 0},
+                    step=self._first_loss_step))
+            elif twice >= RELATION_SHARE and compared >= MIN_RELATION_TARGETS:
+                found.append(Finding(
+                    "TARGETS_NOT_SHIFTED",
+                    f"{twice:.0%} of the targets equal the model's input {_name(place)} two "
+                    "positions later, none the next one: the labels are shifted twice (by the "
+                    "data and again by the model or the loss), so the model is trained to "
+                    "predict the token after next",
+                    evidence={"argument": place, "share_equal": round(twice, 4),
+                              "targets_compared": int(compared), "offset": 2},
                     step=self._first_loss_step))
         # padding counted by the loss: the input the targets follow (shifted), else the only one
         places = [p for p, r in rels.items()
@@ -822,7 +837,8 @@ class SequenceWatch:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-_RELATION = ("same1", "n1", "shifted1", "ns1", "same0", "n0", "shifted0", "ns0")
+_RELATION = ("same1", "n1", "shifted1", "ns1", "twice1", "nt1",
+             "same0", "n0", "shifted0", "ns0", "twice0", "nt0")
 
 
 def _before_real(pads: torch.Tensor, axis: int) -> torch.Tensor:
@@ -857,36 +873,42 @@ def _aligned(x: torch.Tensor, target: torch.Tensor, axis: int) -> tuple[torch.Te
 def _relation(x: torch.Tensor, target: torch.Tensor, valid: torch.Tensor
               ) -> torch.Tensor | None:
     """Per time-axis candidate (1, then 0): targets equal to x at the same position, their
-    count, targets equal to x one position later, their count; as one device vector."""
+    count; targets equal to x one position later, their count; two positions later (labels
+    shifted twice), their count; as one device vector."""
     out = []
     for axis in (1, 0):
         aligned = _aligned(x, target, axis)
         if aligned is None:
-            out += [torch.zeros((), device=x.device)] * 4
+            zero = torch.zeros((), device=x.device)
+            out += [(zero, zero)] * 3
             continue
-        y, length = aligned
+        y, _ = aligned
         ok = valid.reshape(y.shape)
-        t = x.shape[axis]
-        if length == t:
-            same = (y == x) & ok
-            head = ok.narrow(axis, 0, t - 1)
-            shifted = (y.narrow(axis, 0, t - 1) == x.narrow(axis, 1, t - 1)) & head
-            counts = (ok.sum(), head.sum())
-        else:
-            same = (y == x.narrow(axis, 0, t - 1)) & ok
-            shifted = (y == x.narrow(axis, 1, t - 1)) & ok
-            counts = (ok.sum(), ok.sum())
-        out += [same.sum(), counts[0], shifted.sum(), counts[1]]
-    return torch.stack([v.float() for v in out])
+        out += [_ahead(x, y, ok, axis, k) for k in (0, 1, 2)]
+    return torch.stack([v.float() for part in out for v in part])
+
+
+def _ahead(x: torch.Tensor, y: torch.Tensor, ok: torch.Tensor, axis: int, k: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """How many counted targets equal the input `k` positions after their own along `axis`
+    (targets laid out as `_aligned` gives them), and how many were compared."""
+    t, length = x.shape[axis], y.shape[axis]
+    n = min(length, t - k)
+    if n <= 0:
+        zero = torch.zeros((), device=x.device)
+        return zero, zero
+    head = ok.narrow(axis, 0, n)
+    return ((y.narrow(axis, 0, n) == x.narrow(axis, k, n)) & head).sum(), head.sum()
 
 
 def _read_relation(values: list[float] | None) -> dict[int, dict[str, float]]:
-    v = values or [0.0] * 8
+    v = values or [0.0] * len(_RELATION)
     out = {}
-    for axis, base in ((1, 0), (0, 4)):
-        same, n, shifted, ns = v[base:base + 4]
+    for axis, base in ((1, 0), (0, 6)):
+        same, n, shifted, ns, twice, nt = v[base:base + 6]
         out[axis] = {"same": same / n if n else 0.0, "targets": n,
-                     "shifted": shifted / ns if ns else 0.0}
+                     "shifted": shifted / ns if ns else 0.0,
+                     "twice": twice / nt if nt else 0.0, "twice_targets": nt}
     return out
 
 
