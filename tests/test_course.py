@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from lesson.course.grading.simulated import FAULTS
-from lesson.course.learner.catalog import load_exercises
+from lesson.course.learner.catalog import Exercise, load_exercises
 from lesson.course.learner.classroom import (autograde_each, cell_grades, clone, copy_course,
                                       export_grades, generate_release, gradebook_scores, submit)
 from lesson.course.learner.clinics import find_clinic_case
@@ -42,7 +42,8 @@ def D(case: str, old: str, new: str) -> tuple[str, str]:
 #: edit, test cell that must lose points). An edit is the cell's new source, or an
 #: (old, new) replacement in the solution's source, or ("broken", case, edits): the
 #: catalogue's broken script with small edits, renamed as the student's repair. Answers given to
-#: one student target test cells that do not call each other's functions.
+#: one student target test cells that do not call each other's functions. In a clinic, a wrong
+#: student hands in the release with only its wrong answers filled in (`_handed_in`).
 #: a learning rate divided by 10 after the optimizer is built, however the script sets it
 LOWER_RATE = ("    with NetworkDebugger(", "    for group in optimizer.param_groups:\n"
               "        group[\"lr\"] /= 10\n    with NetworkDebugger(")
@@ -162,6 +163,13 @@ def _wrong_answers(student: str, exercise: str) -> list[tuple[str, str, str]]:
             for who, name, cell_id, edit, target in WRONG if (who, name) == (student, exercise)]
 
 
+def _handed_in(ex: Exercise, root: Path) -> Path:
+    """The notebook a wrong student edits: in a clinic the release (its cases are independent,
+    so the unanswered ones score 0 and cost no training, as in
+    lesson/course/grading/simulated.py), elsewhere the solution (answers call each other)."""
+    return ex.released(root) if ex.name.startswith("clinic") else ex.solution(ROOT)
+
+
 def _edited(path: Path, replacements: dict[str, str], target: Path) -> Path:
     """A copy of the notebook at `path` with some cells' sources replaced."""
     nb = nbformat.read(path, as_version=4)
@@ -266,9 +274,11 @@ TAMPERER = ("ex4_data_validator", "validate", "def validate(x_train, y_train, x_
             "    return []\n", "test_validate_example", "print('all tests pass')\n")
 
 
-#: Students graded together (one nbgrader autograde each, the groups side by side): the
-#: looper's minute of waiting overlaps the others' work.
-GRADERS = [["looper"], ["model"], ["wrong"], ["blank", "wrong2", "tamperer"]]
+#: Students graded together (one nbgrader autograde each, the two groups side by side): the
+#: model student's every solution takes as long as all the others together, the looper's
+#: minute of waiting included. Two course copies, not more: each copy costs an nbgrader run
+#: per assignment it holds when its feedback is made.
+GRADERS = [["model"], ["looper", "wrong", "blank", "wrong2", "tamperer"]]
 
 
 def _grade_class(base: Path):
@@ -288,7 +298,7 @@ def _grade_class(base: Path):
         ex = next(e for e in EXERCISES if e.name == name)
         answers = {cell: src for cell, src, _ in _wrong_answers(student, name)}
         submissions.setdefault(student, []).append(
-            (name, _edited(ex.solution(ROOT), answers, drafts / student / name / ex.notebook)))
+            (name, _edited(_handed_in(ex, root), answers, drafts / student / name / ex.notebook)))
     name, answers = LOOPER
     ex = next(e for e in EXERCISES if e.name == name)
     submissions["looper"] = [(name, _edited(ex.solution(ROOT), answers,
@@ -305,8 +315,9 @@ def _grade_class(base: Path):
             for name, path in submissions.pop(student):
                 submit(copy, student, name, path)
     assert not submissions, f"students without a grader: {sorted(submissions)}"
-    # an explicit budget: the default would time every solution once per gradebook (4 here)
-    autograde_each(list(dict.fromkeys(copies.values())), 3, "--CleanRoomExecute.budget=1800")
+    # an explicit budget: the default would time every solution once per gradebook (2 here)
+    autograde_each(list(dict.fromkeys(copies.values())), len(GRADERS),
+                   "--CleanRoomExecute.budget=1800")
     grades = export_grades(copies["model"])                  # nbgrader export, for real
     assert grades == gradebook_scores(copies["model"])
     for copy in dict.fromkeys(copies.values()):
