@@ -332,6 +332,53 @@ def test_watch_stops_cleanly_on_ctrl_c(tmp_path, capsys):
 
 # -- real kernels --------------------------------------------------------------------------------
 
+def _tiny_notebook(tmp_path: Path) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "assert 1 + 1 == 2", metadata={"nbgrader": {"grade": True, "grade_id": "t",
+                                                     "points": 1}})])
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _dying(monkeypatch, deaths: int, after_a_cell: bool = False) -> list[int]:
+    """Make the first `deaths` kernels die (at start-up, or after running the first cell)."""
+    import nbclient
+
+    real, calls = nbclient.NotebookClient.execute, []
+
+    def execute(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) <= deaths:
+            if after_a_cell:
+                self.nb.cells[0].execution_count = 1
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", execute)
+    return calls
+
+
+def test_a_kernel_that_dies_at_start_up_is_started_again(tmp_path, monkeypatch):
+    calls = _dying(monkeypatch, deaths=2)
+    result = run_notebook(_tiny_notebook(tmp_path))
+    assert len(calls) == 3 and result.passed and not result.error
+
+
+def test_a_kernel_that_keeps_dying_at_start_up_is_reported(tmp_path, monkeypatch):
+    calls = _dying(monkeypatch, deaths=10)
+    result = run_notebook(_tiny_notebook(tmp_path))
+    assert len(calls) == 3 and not result.passed
+    assert "Kernel died before replying to kernel_info" in result.error
+
+
+def test_a_kernel_that_died_after_running_code_is_not_started_again(tmp_path, monkeypatch):
+    """The notebook's code may have written files or printed: running it twice is not safe."""
+    calls = _dying(monkeypatch, deaths=1, after_a_cell=True)
+    result = run_notebook(_tiny_notebook(tmp_path))
+    assert len(calls) == 1 and "Kernel died" in result.error and not result.passed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [e.name for e in EXERCISES])
 def test_dev_check_every_released_exercise_fails(name):

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 #: seconds one cell may run before it is interrupted (the same limit nbgrader applies)
 CELL_TIMEOUT = 60
+#: kernels started for one notebook before a kernel that dies at start-up is reported
+START_ATTEMPTS = 3
 #: stderr text matching this is library chatter, not a failure (as in nbgrader_config.py)
 IGNORED_STDERR = re.compile(r"(?i)warn")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -187,6 +189,15 @@ def _cell_failed(outputs: list) -> bool:
     return False
 
 
+def _died_starting(exc: Exception, nb: nbformat.NotebookNode) -> bool:
+    """True when the kernel died before it ran anything: no code of the notebook ran, so
+    starting a new one is safe. (Kernels started side by side can race for the same free port;
+    the loser dies in its first second.)"""
+    started = any(c.get("execution_count") is not None or c.get("outputs")
+                  for c in nb.cells if c.cell_type == "code")
+    return "before replying to kernel_info" in str(exc) and not started
+
+
 def run_notebook(path: Path, timeout: int = CELL_TIMEOUT,
                  only_tests: set[str] | None = None,
                  own_cells: set[str] | None = None) -> CheckResult:
@@ -202,18 +213,23 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT,
         nb.cells = [c for c in nb.cells
                     if not c.get("metadata", {}).get("nbgrader", {}).get("grade")
                     or c.metadata["nbgrader"].get("grade_id") in only_tests]
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-        interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}},
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no start-up chatter on the terminal
-        error_on_timeout={"ename": "CellTimeoutError", "evalue":
-                          f"the cell ran for more than {timeout} s and was interrupted",
-                          "traceback": []})
     result = CheckResult(path)
-    try:
-        client.execute()
-    except Exception as exc:  # a dead kernel: report it, keep the cells that did run
-        result.error = f"{type(exc).__name__}: {exc}"
+    for attempt in range(1, START_ATTEMPTS + 1):
+        client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+            interrupt_on_timeout=True, resources={"metadata": {"path": str(path.parent)}},
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no start-up chatter
+            error_on_timeout={"ename": "CellTimeoutError", "evalue":
+                              f"the cell ran for more than {timeout} s and was interrupted",
+                              "traceback": []})
+        try:
+            client.execute()
+            break
+        except Exception as exc:  # a dead kernel: report it, keep the cells that did run
+            result.error = f"{type(exc).__name__}: {exc}"
+            if not (_died_starting(exc, nb) and attempt < START_ATTEMPTS):
+                break
+            result.error = ""
     for index, cell in enumerate(nb.cells, 1):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code":
