@@ -627,6 +627,32 @@ def test_a_masked_generation_pass_is_fine():
     assert watch.findings() == []
 
 
+def _right_padded_generation(pad: int, new_tokens: int) -> list[dict]:
+    """Training on unpadded text (no pad id known), then a greedy loop over right-padded
+    prompts: the first pass has the padding at the row tails, each later one `new_tokens`
+    generated tokens after it."""
+    watch = S.SequenceWatch(nn.Embedding(60, 4), lambda *a: None)
+    watch.on_train_forward((_text(10, 100),), {}, 0, True, [])
+    prompts = _text(6, 9, seed=2)
+    for row in range(1, 6):
+        prompts[row, 9 - row:] = pad
+    for step in range(new_tokens + 1):
+        generated = _text(6, step, seed=3) if step else prompts[:, :0]
+        watch.on_eval_forward((torch.cat([prompts, generated], 1),), {}, 1)
+    return [f.evidence for f in watch.findings() if f.code == "GENERATION_ON_PADDING"]
+
+
+def test_right_padded_prompts_are_seen_once_generated_tokens_follow_the_padding():
+    """The pad id of a generation loop is the id that filled its first pass's row tails; the
+    later passes' tails are generated tokens, and the padding sits inside the rows."""
+    assert _right_padded_generation(pad=55, new_tokens=0) == []     # tails only: read nothing
+    found = _right_padded_generation(pad=55, new_tokens=2)
+    assert len(found) == 1 and found[0]["pad_id"] == 55 and found[0]["padded_rows"] == 5
+    assert found[0]["unmasked_padding"] == 15
+    # an id training showed as text (an end-of-text token used as padding) is the model's own
+    assert _right_padded_generation(pad=7, new_tokens=2) == []
+
+
 # -- copies ---------------------------------------------------------------------------------------
 class Tied(nn.Module):
     def __init__(self, n: int = 16) -> None:

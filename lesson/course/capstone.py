@@ -2,9 +2,10 @@
 
 The program (`broken_models.capstone.train_broken`) trains a character-level GPT on the
 shipped public-domain text, evaluates it and samples from it. Three bugs of the sequence
-family hide in it, and they mask each other: while the first is in place the debugger names
-only it; fixed, the second shows, and so on. The student reads the report, names the cause,
-repairs the program, runs it again.
+family hide in it. The first hides the second (with the targets unshifted there is no
+next-token run for the causality probe to check); the third, in the sampler, is named from
+the first report on, below the first cause. The student reads the report, names the cause it
+puts first, repairs the program, runs it again, until the report is empty.
 
 The grade gives points per bug: one for each cause named (in any order), two for each bug the
 repaired program no longer has, three for the program that is healthy on seeds the student

@@ -174,6 +174,9 @@ class SequenceWatch:
         self._train_pads = RunningStats(("tokens", "unmasked"))
         self._train_ids: torch.Tensor | None = None
         self._eval_passes = 0
+        #: (id, axis) that filled the row tails of an evaluation pass while no pad id was known
+        #: from training: a generation loop appends after it, and its tails are then generated
+        self._eval_pad: tuple[int, int] | None = None
         self._generation: list[dict[str, Any]] = []
         self._inverted_masks: list[dict[str, Any]] = []
         self._class_targets: int | None = None
@@ -539,12 +542,17 @@ class SequenceWatch:
                 continue
             host = x.detach().cpu()
             pad, axis = self.pad_id, self.time_axis if self.time_axis is not None else 1
-            if pad is None:
+            if pad is None and self._eval_pad is not None \
+                    and bool((host == self._eval_pad[0]).any()):
+                pad, axis = self._eval_pad     # generated tokens now follow the padding
+                pads = host == pad
+            elif pad is None:
                 found = filler(host, 1) or filler(host, 0)
                 if found is None:
                     continue
                 pad = found[0]
                 axis = 1 if filler(host, 1) else 0
+                self._eval_pad = (pad, axis)
                 pads = pad_positions(host, pad, axis)
             else:               # an id training used only as padding: padding wherever it is
                 pads = host == pad

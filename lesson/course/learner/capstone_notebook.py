@@ -27,19 +27,20 @@ The program below is what a first GPT usually looks like: a configuration block,
 tokenizer, batches cut from a text (a few kilobytes of public-domain English shipped with the
 course), a transformer, a training loop with a cosine schedule, an evaluation and a greedy
 sampler. It runs, and its loss falls fast. It holds {bugs} bugs of the kind the sixth clinic
-taught, and they hide each other: while the first is in the program, the debugger names only
-it; once it is fixed, the next one shows.
+taught. The report may name more than one cause at a time, and a bug can hide another: while
+it is in the program the debugger cannot see the other, and once it is fixed, the other
+shows. Start with the cause the report puts first.
 
 Work the way you would on your own model, one round at a time:
 
 1. run the program under the debugger: `outcome = broken_gpt(seed=0)` (it takes a few
    seconds), then `outcome.debugger.print_report()`, and look at `outcome.metrics`: the
    held-out loss per character, the samples, and the program's own checks;
-2. add the code of the **cause** the report names to `causes` (a consequence is true of the
-   run, but it is not the diagnosis), then fix that bug in your copy of the program,
+2. add the code of the **cause** the report puts first to `causes` (a consequence is true of
+   the run, but it is not the diagnosis), then fix that bug in your copy of the program,
    `repaired_gpt(seed)`;
-3. run your copy again and read the new report: the next cause shows. Repeat until the report
-   is empty.
+3. run your copy again and read the new report from the top. Repeat until the report is
+   empty.
 
 The grade counts each bug: {cause_points} point for each cause you name (in any order), {fix_points}
 for each bug your program no longer has, and {healthy_points} when the repaired program is healthy:
