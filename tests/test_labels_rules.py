@@ -219,13 +219,34 @@ def test_the_split_is_stratified_and_the_control_permutes_the_same_labels(monkey
     assert {k: real[k] for k in budget} == {k: control[k] for k in budget}
 
 
-def test_a_class_of_two_samples_is_split_stratified(monkeypatch):
-    y = np.array([0] * 20 + [1] * 20 + [2] * 2)
+def _training_counts(monkeypatch, y: np.ndarray) -> list[int]:
     seen = []
     monkeypatch.setattr(L, "_fit_and_predict", lambda f, x_tr, y_tr, x_val, **b: (
-        seen.append(sorted(set(y_tr.tolist()))) or (1.0, np.zeros(len(x_val), dtype=int))))
-    L.check_labels_carry_signal(lambda: nn.Linear(1, 3), np.zeros((42, 1)), y, val_fraction=0.5)
-    assert seen[0] == [0, 1, 2]                 # one of the two in training, one held out
+        seen.append(np.bincount(y_tr.numpy()).tolist()) or (1.0, np.zeros(len(x_val), int))))
+    L.check_labels_carry_signal(lambda: nn.Linear(1, 3), np.zeros((len(y), 1)), y,
+                                val_fraction=0.5)
+    return seen[0]
+
+
+def test_a_class_of_two_samples_is_split_stratified(monkeypatch):
+    y = np.array([0] * 20 + [1] * 20 + [2] * 2)
+    assert _training_counts(monkeypatch, y) == [10, 10, 1]   # one of the two held out
+
+
+def test_a_class_of_one_sample_is_split_at_random(monkeypatch):
+    y = np.array([0] * 20 + [1] * 21 + [2])                 # stratifying would be an error
+    assert sum(_training_counts(monkeypatch, y)) == 21
+
+
+def test_with_its_defaults_the_check_tells_random_labels_from_real_ones():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 20)).astype(np.float32)
+    def mlp() -> nn.Module:
+        return nn.Sequential(nn.Linear(20, 256), nn.ReLU(), nn.Linear(256, 3))
+    (f,) = L.check_labels_carry_signal(mlp, x, rng.integers(0, 3, 300))
+    assert f.code == "LABELS_SHUFFLED"
+    real = np.digitize(x[:, 0] + x[:, 1], [-0.5, 0.5])
+    assert L.check_labels_carry_signal(mlp, x, real) == []
 
 
 def test_balanced_chance_over_three_classes():

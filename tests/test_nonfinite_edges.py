@@ -22,6 +22,17 @@ class Fn(nn.Module):
         return self.fn(x)
 
 
+class Scaled(Fn):
+    """`fn` of the input times a weight of 1: a parameter for the backward pass to reach."""
+
+    def __init__(self, fn) -> None:
+        super().__init__(fn)
+        self.weight = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x * self.weight)
+
+
 def mean_loss(out: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
     return out.mean()
 
@@ -133,3 +144,31 @@ def test_a_loss_that_needs_no_backward_is_judged_on_its_value():
 def test_a_criterion_that_returns_a_number_is_refused():
     with pytest.raises(TypeError, match="criterion must return a tensor"):
         locate_nonfinite(nn.Linear(2, 2), torch.ones(3, 2), _y(3), lambda out, y: 0.5)
+
+
+def test_a_division_by_a_zero_number_is_counted():
+    (f,) = locate_nonfinite(Fn(lambda t: t / 0.0), torch.ones(1, 2), _y(1), mean_loss)
+    assert f.code == "DIVISION_BY_ZERO" and f.evidence["zeros_in_denominator"] == 1
+
+
+def test_zero_as_a_number_to_a_negative_power():
+    (f,) = locate_nonfinite(Fn(lambda t: 0.0 ** t), torch.tensor([[-1.0, 2.0]]), _y(1),
+                            mean_loss)
+    assert f.code == "DIVISION_BY_ZERO"
+
+
+def test_a_zero_base_under_a_fractional_power_is_not_what_overflowed():
+    exponent = torch.tensor([0.5, 3.0])
+    (f,) = locate_nonfinite(Fn(lambda t: torch.pow(t, exponent)), torch.tensor([[0.0, 1e20]]),
+                            _y(1), mean_loss)
+    assert f.code == "EXP_OVERFLOW"
+
+
+def test_the_sqrt_advice_is_given_for_sqrt_norm_and_pow_backwards_only():
+    """acos' derivative at 1 is -1/sqrt(0): a division by zero in AcosBackward, not the
+    derivative of a sqrt the user wrote."""
+    (f,) = locate_nonfinite(Scaled(torch.acos), torch.tensor([[1.0, 0.5]]), _y(1), mean_loss)
+    assert f.code == "DIVISION_BY_ZERO" and "AcosBackward" in f.message
+    assert "epsilon inside" not in f.advice                 # the code's own advice
+    (f,) = locate_nonfinite(Scaled(torch.sqrt), torch.tensor([[0.0, 4.0]]), _y(1), mean_loss)
+    assert f.code == "DIVISION_BY_ZERO" and "epsilon inside" in f.advice
