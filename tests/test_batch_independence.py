@@ -110,3 +110,75 @@ def test_bad_inputs_are_clear_errors():
         check_batch_independence(nn.Linear(2, 2), torch.randn(4, 2), batch_dim=3)
     with pytest.raises(ValueError, match="output_batch_dim"):
         check_batch_independence(TimeMajorHead(), torch.randn(5, 6, 3), batch_dim=1)
+
+
+# -- edges: what each condition of the test is there for -----------------------------------------
+
+class Fn(nn.Module):
+    """A model that applies `fn` (and holds one weight, so it is a model)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.w = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return self.fn(x, self.w)
+
+
+def _mix(share: float, scale: float = 1.0) -> Fn:
+    """Output i = scale * (x_i + share * x_{i+1}): a leak of `share` of the sample's own."""
+    return Fn(lambda x, w: scale * w * (x + share * x.roll(-1, 0)))
+
+
+@pytest.mark.parametrize("output", [
+    lambda t: ({"aux": "text", "logits": t},),          # a dict inside a tuple
+    lambda t: (None, [t]),                              # a non-tensor first, a list next
+])
+def test_the_first_tensor_is_found_in_nested_outputs(output):
+    found = check_batch_independence(Fn(lambda x, w: output(w * x.softmax(0))), torch.randn(4, 3))
+    assert _pairs(found)
+
+
+def test_batch_dim_is_keyword_only():
+    with pytest.raises(TypeError):
+        check_batch_independence(_mix(0.0), torch.randn(4, 3), 0)
+
+
+def test_every_valid_batch_dim_and_only_those():
+    x = torch.randn(4, 3)
+    assert check_batch_independence(_mix(0.0), x, batch_dim=-2) == []   # -x.dim() is valid
+    assert check_batch_independence(_mix(0.0), torch.randn(5)) == []    # a batch of numbers
+    with pytest.raises(ValueError, match="not a dimension"):
+        check_batch_independence(_mix(0.0), x, batch_dim=2)
+
+
+def test_two_samples_are_enough():
+    assert _pairs(check_batch_independence(_mix(0.5), torch.randn(2, 3))) == {(0, 1), (1, 0)}
+
+
+def test_samples_checked_are_at_most_max_samples():
+    (f,) = check_batch_independence(_mix(0.5), torch.randn(6, 3), max_samples=4)
+    assert f.evidence["samples_checked"] == 4 and {i for i, _ in f.evidence["pairs"]} == {0, 1, 2, 3}
+
+
+def test_the_leak_is_measured_relative_to_the_samples_own_gradient():
+    (f,) = check_batch_independence(_mix(0.5), torch.randn(4, 3))
+    assert f.evidence["max_relative_leak"] == pytest.approx(0.5)
+    # gradients of 1e-8: relative to the sample's own, still half of it
+    (f,) = check_batch_independence(_mix(0.5, scale=1e-8), torch.randn(4, 3))
+    assert f.evidence["max_relative_leak"] == pytest.approx(0.5)
+    assert check_batch_independence(_mix(1e-7), torch.randn(4, 3)) == []    # round-off
+
+
+def test_an_output_that_ignores_the_input_mixes_nothing():
+    assert check_batch_independence(Fn(lambda x, w: w.expand(x.shape[0], 2)),
+                                    torch.randn(4, 3)) == []
+
+
+def test_the_message_shows_six_pairs_then_says_there_are_more():
+    (f,) = check_batch_independence(Fn(lambda x, w: w * x.softmax(0)), torch.randn(3, 2))
+    assert len(f.evidence["pairs"]) == 6 and "...)" not in f.message
+    (f,) = check_batch_independence(Fn(lambda x, w: w * x.softmax(0)), torch.randn(4, 2))
+    assert len(f.evidence["pairs"]) == 12
+    assert f.message.count("<-") == 1 + 6 and "1<-3 ...)" in f.message   # "output<-input: "
