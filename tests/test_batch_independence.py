@@ -182,3 +182,12 @@ def test_the_message_shows_six_pairs_then_says_there_are_more():
     (f,) = check_batch_independence(Fn(lambda x, w: w * x.softmax(0)), torch.randn(4, 2))
     assert len(f.evidence["pairs"]) == 12
     assert f.message.count("<-") == 1 + 6 and "1<-3 ...)" in f.message   # "output<-input: "
+
+
+def test_seven_pairs_are_more_than_the_six_shown():
+    mixing = torch.eye(4)
+    for i, j in [(0, 1), (0, 2), (0, 3), (1, 0), (1, 2), (1, 3), (2, 0)]:
+        mixing[i, j] = 0.5
+    (f,) = check_batch_independence(Fn(lambda x, w: w * (mixing @ x)), torch.randn(4, 2))
+    assert len(f.evidence["pairs"]) == 7 and f.message.count("<-") == 1 + 6
+    assert "1<-3 ...)" in f.message
