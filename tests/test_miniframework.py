@@ -74,3 +74,41 @@ def test_numerical_gradient_check_on_a_plain_function():
     assert [c.name for c in bad if not c.passed] == ["b"]
     with pytest.raises(ValueError):
         numerical_gradient_check(f, [a], [2 * a, b])
+
+
+# -- edges: the layers' conventions and the check's bookkeeping --------------------------------
+
+def test_linear_starts_like_torch_and_reproducibly():
+    n_in = 16
+    a = Linear(n_in, 32, rng=np.random.default_rng(3))
+    b = Linear(n_in, 32, rng=np.random.default_rng(3))
+    assert np.array_equal(a.weight.data, b.weight.data) and np.array_equal(a.bias.data,
+                                                                           b.bias.data)
+    bound = 1 / np.sqrt(n_in)                       # U(-1/sqrt(n_in), 1/sqrt(n_in))
+    for values in (a.weight.data, a.bias.data):
+        assert np.abs(values).max() <= bound and values.min() < 0 < values.max()
+    assert Linear(2, 2).weight.data.shape == (2, 2)   # no rng: a fresh one
+
+
+def test_relu_is_zero_below_and_at_zero_and_passes_no_gradient_there():
+    relu = ReLU()
+    out = relu.forward(np.array([[-2.0, 0.0, 3.0]]))
+    assert out.tolist() == [[0.0, 0.0, 3.0]]
+    assert relu.backward(np.ones((1, 3))).tolist() == [[0.0, 0.0, 1.0]]    # relu'(0) = 0
+
+
+def test_cross_entropy_of_large_logits_does_not_overflow():
+    loss_fn = SoftmaxCrossEntropy()
+    assert loss_fn.forward(np.array([[1000.0, 0.0]]), np.array([0])) == pytest.approx(0.0)
+    assert loss_fn.forward(np.array([[0.0, 0.0]]), np.array([1])) == pytest.approx(np.log(2))
+
+
+def test_a_model_without_relu_is_checked_and_its_passes_counted():
+    rng, x, y = _data()
+    model = Sequential(Linear(4, 3, rng=rng))
+    calls = []
+    forward = model.forward
+    model.forward = lambda inputs: calls.append(1) or forward(inputs)
+    report = gradient_check(model, SoftmaxCrossEntropy(), x, y)
+    assert report.passed and report.findings == []
+    assert report.forward_passes == len(calls) > 1
