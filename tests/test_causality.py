@@ -256,3 +256,41 @@ def test_flattened_logits_are_laid_out_again():
             return super().forward(x.t()).transpose(0, 1).reshape(-1, 11)
     assert check_causality(FlatTimeFirst(), xt, batch_first=False) == []
     assert check_causality(FlatTimeFirst(future=99), xt, batch_first=False)
+
+
+# -- the arguments at their edges ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, error, match", [
+    ({"sample": -1}, ValueError, "sample"),                       # a row, not from the end
+    ({"max_variants": True}, ValueError, "max_variants"),
+    ({"max_variants": 2.5}, ValueError, "max_variants"),
+    ({"input_at": -1}, ValueError, "input_at"),
+    ({"inputs": torch.ones(0, 4, dtype=torch.long)}, ValueError, "batch is empty"),
+    ({"input_at": "x", "kwargs": {"x": 1}}, ValueError, "already holds"),
+])
+def test_bad_input_at_its_edges(bad, error, match):
+    call = {"model": Attention(), "inputs": tokens()} | bad
+    model, inputs = call.pop("model"), call.pop("inputs")
+    with pytest.raises(error, match=match):
+        check_causality(model, inputs, **call)
+
+
+def test_the_smallest_valid_calls():
+    torch.manual_seed(0)
+    model = Attention(future=99)
+    assert check_causality(model, tokens(b=1, t=2), max_variants=1)       # one row, two steps
+    assert check_causality(model, tokens(t=3), sample=2)                  # the last row
+    assert check_causality(Attention(), tokens(b=1, t=2)) == []
+
+
+def test_the_message_names_what_is_read_and_where_it_appears():
+    torch.manual_seed(0)
+    [f] = check_causality(Attention(future=1, start=6), tokens(t=12))
+    assert "input position(s) 7 change" in f.message
+    assert f.message.endswith("; it first appears in the output of Attention")
+
+
+def test_at_most_16_leaking_positions_are_listed():
+    torch.manual_seed(0)
+    [f] = check_causality(Attention(future=99), tokens(t=40))
+    assert len(f.evidence["leaking_positions"]) == 16
