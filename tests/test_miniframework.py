@@ -111,4 +111,15 @@ def test_a_model_without_relu_is_checked_and_its_passes_counted():
     model.forward = lambda inputs: calls.append(1) or forward(inputs)
     report = gradient_check(model, SoftmaxCrossEntropy(), x, y)
     assert report.passed and report.findings == []
+    assert not any(p.on_kink for p in report.params)      # no ReLU, no kink to cross
     assert report.forward_passes == len(calls) > 1
+
+
+def test_sgd_steps_against_the_gradient_by_default():
+    rng, x, y = _data()
+    model, loss_fn = _model(rng), SoftmaxCrossEntropy()
+    before = loss_fn.forward(model.forward(x), y)
+    model.zero_grad()
+    model.backward(loss_fn.backward())
+    SGD(model.parameters()).step()
+    assert loss_fn.forward(model.forward(x), y) < before
