@@ -199,6 +199,14 @@ def test_the_callers_random_state_is_kept():
     ({"batch_first": 1}, TypeError, "batch_first"),
     ({"max_variants": 0}, ValueError, "max_variants"),
     ({"model": "net"}, TypeError, "nn.Module"),
+    # at the edges: a row counted from the end, a bool or fractional count, a place before
+    # the first, no row at all, the keyword the sequence goes under already taken
+    ({"sample": -1}, ValueError, "sample"),
+    ({"max_variants": True}, ValueError, "max_variants"),
+    ({"max_variants": 2.5}, ValueError, "max_variants"),
+    ({"input_at": -1}, ValueError, "input_at"),
+    ({"inputs": torch.ones(0, 4, dtype=torch.long)}, ValueError, "batch is empty"),
+    ({"input_at": "x", "kwargs": {"x": 1}}, ValueError, "already holds"),
 ])
 def test_bad_input_gets_a_clear_error(bad, error, match):
     call = {"model": Attention(), "inputs": tokens()} | bad
@@ -259,21 +267,6 @@ def test_flattened_logits_are_laid_out_again():
 
 
 # -- the arguments at their edges ---------------------------------------------------------------
-
-@pytest.mark.parametrize("bad, error, match", [
-    ({"sample": -1}, ValueError, "sample"),                       # a row, not from the end
-    ({"max_variants": True}, ValueError, "max_variants"),
-    ({"max_variants": 2.5}, ValueError, "max_variants"),
-    ({"input_at": -1}, ValueError, "input_at"),
-    ({"inputs": torch.ones(0, 4, dtype=torch.long)}, ValueError, "batch is empty"),
-    ({"input_at": "x", "kwargs": {"x": 1}}, ValueError, "already holds"),
-])
-def test_bad_input_at_its_edges(bad, error, match):
-    call = {"model": Attention(), "inputs": tokens()} | bad
-    model, inputs = call.pop("model"), call.pop("inputs")
-    with pytest.raises(error, match=match):
-        check_causality(model, inputs, **call)
-
 
 def test_the_smallest_valid_calls():
     torch.manual_seed(0)
