@@ -88,3 +88,22 @@ def test_a_page_leaks_a_hidden_line_or_a_marker(tmp_path):
     assert leaks(page, set()) == ["BEGIN HIDDEN TESTS", "END HIDDEN TESTS"]   # nbgrader's
     page.write_text("<pre>nothing hidden</pre>")
     assert leaks(page, {"assert f(12345) == 12346"}) == []
+
+
+def test_a_traceback_that_starts_with_the_message_keeps_what_follows():
+    out = {"ename": "KeyError", "evalue": "'w'", "traceback": ["KeyError: 'w'\n", "in f\n"]}
+    assert _students_part(out) == ["KeyError: 'w'", "in f"]
+
+
+def test_hidden_lines_of_seven_characters_count_and_of_six_do_not(tmp_path):
+    solution = _notebook(tmp_path / "s.ipynb", f"{BEGIN}\nf(1234)\nf(123)\n{END}")
+    release = _notebook(tmp_path / "r.ipynb", "pass")
+    assert hidden_source(solution, release) == {"f(1234)"}
+
+
+def test_generate_feedback_names_each_assignment_it_failed_on(tmp_path):
+    from lesson.course.grading.feedback import generate_feedback
+
+    failed = generate_feedback(tmp_path, f"sqlite:///{tmp_path / 'gradebook.db'}", ["a1", "a2"])
+    assert [f.split(" ", 1)[0] for f in failed] == ["a1", "a2"]
+    assert "ERROR" in failed[0] and "No notebooks were matched" in failed[0]
