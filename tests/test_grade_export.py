@@ -93,3 +93,94 @@ def test_nbgrader_exports_to_grades_csv_by_default(url, tmp_path, monkeypatch):
         plugin.export(gb)
     written = list(csv.DictReader((tmp_path / "grades.csv").open()))
     assert len(written) == 6 and list(written[0]) == export.COLUMNS
+
+
+# -- the status table: folding, the fallback, fingerprints, and plain autograde's hooks --------
+
+def test_a_submissions_notebooks_fold_ungraded_first_then_tampering():
+    assert status.fold([("graded", "", "f1"), ("ungraded", "no", "f1"),
+                        ("tampering", "os.kill", "f1"), ("ungraded", "no", "f1")]) == \
+        ("ungraded", "no", "f1")
+    assert status.fold([("graded", "", "f"), ("tampering", "a", "f"), ("tampering", "b", "f")]) \
+        == ("tampering", "a; b", "f")
+    assert status.fold([("graded", "", "f")]) == ("graded", "", "f")
+    assert status.fold([]) == ("graded", "", "")
+
+
+def test_labels_and_what_counts_as_graded():
+    assert status.State("graded", late=True).label == "late"
+    assert status.State("tampering", "reads files").label == "tampering: reads files"
+    assert status.State("tampering").graded and not status.State("ungraded", "x").graded
+
+
+def test_submissions_the_table_does_not_describe_are_judged_by_their_scores(url, tmp_path):
+    """"ann"'s a1 has a status row; without the rows, a score means graded, none ungraded."""
+    import shutil
+
+    copy = tmp_path / "gradebook.db"                  # the shared gradebook stays as it is
+    shutil.copy(url.removeprefix("sqlite:///"), copy)
+    with Gradebook(f"sqlite:///{copy}") as gb:
+        gb.add_student("dee")
+        gb.add_submission("a2", "dee", timestamp="2029-01-01 00:00:00")
+        gb.db.commit()
+        states = status.states(gb)
+    assert states[("dee", "a2")] == status.State("ungraded", "never autograded")
+    assert states[("ann", "a2")].label == "late" and states[("ann", "a1")].label == "graded"
+
+
+def test_a_fingerprint_changes_with_a_files_name_or_content(tmp_path):
+    (tmp_path / "a.ipynb").write_text("one")
+    first = status.fingerprint(tmp_path)
+    (tmp_path / "a.ipynb").write_text("two")
+    second = status.fingerprint(tmp_path)
+    (tmp_path / "a.ipynb").rename(tmp_path / "b.ipynb")
+    assert len({first, second, status.fingerprint(tmp_path)}) == 3
+
+
+def test_the_technique_is_the_first_reason_without_its_line():
+    assert status.technique(["line 12: uses os.kill", "line 3: other"]) == "uses os.kill"
+    assert status.technique([]) == "reached into the grader"
+    assert len(status.technique(["x" * 300])) == 120
+
+
+def test_plain_autogrades_hooks_write_a_submissions_status(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
+                                                os.environ.get("PATH", "")]))
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a1")
+        gb.add_notebook("good", "a1")
+        gb.add_notebook("bad", "a1")
+        gb.add_student("eve")
+        gb.add_submission("a1", "eve")
+    folder = tmp_path / "submitted" / "eve" / "a1"
+    folder.mkdir(parents=True)
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(), folder / "good.ipynb")
+    (folder / "bad.ipynb").write_text("{not json")
+    paths = [str(folder / "good.ipynb"), str(folder / "bad.ipynb")]
+    monkeypatch.setattr(status, "_autograde_url", lambda: url)
+
+    status.autograde_started("*", "*", paths)            # the command line's patterns
+    started = status.read(url)[("eve", "a1")]
+    assert started.kind == "ungraded" and "bad.ipynb is not a readable notebook" in started.detail
+    assert capsys.readouterr().out.startswith("eve/a1: ungraded: bad.ipynb is not a readable")
+
+    status.note("eve", "a1", "bad", "tampering", "uses os.kill")
+    status.autograde_finished("*", "*", paths)
+    finished = status.read(url)[("eve", "a1")]
+    assert finished == status.State("tampering", "uses os.kill", status.fingerprint(folder))
+    assert capsys.readouterr().out.startswith("eve/a1: 0/0 tampering: uses os.kill (")
+
+    status.failed("eve", "a1", "good", "the kernel died\nmore")
+    assert status.read(url)[("eve", "a1")] == status.State("ungraded", "the kernel died\nmore",
+                                                           status.fingerprint(folder))
+    assert capsys.readouterr().out == "eve/a1: ungraded: the kernel died\n"
+
+
+def test_without_a_running_autograde_the_hooks_do_nothing(tmp_path, capsys):
+    status.autograde_started("a1", "eve", [str(tmp_path / "x.ipynb")])
+    status.autograde_finished("a1", "eve", [])
+    status.failed("eve", "a1", "nb", "why")
+    assert capsys.readouterr().out == "" and list(tmp_path.iterdir()) == []
