@@ -82,6 +82,8 @@ def test_work_never_handed_in_is_nbgraders_zero(url):
 
 def test_rows_of_some_students_and_some_assignments(url):
     assert set(_rows(url, students=["bob"])) == {("bob", "a1"), ("bob", "a2")}
+    assert set(_rows(url, students=["ann"])) == {("ann", "a1"), ("ann", "a2")}
+    assert set(_rows(url, students=["cy"])) == {("cy", "a1"), ("cy", "a2")}
     assert set(_rows(url, assignments=["a2"])) == {("ann", "a2"), ("bob", "a2"), ("cy", "a2")}
     assert set(_rows(url, students=["bob"], assignments=["a2"])) == {("bob", "a2")}
 
