@@ -124,9 +124,13 @@ def test_submissions_the_table_does_not_describe_are_judged_by_their_scores(url,
     with Gradebook(f"sqlite:///{copy}") as gb:
         gb.add_student("dee")
         gb.add_submission("a2", "dee", timestamp="2029-01-01 00:00:00")
+        gb.add_student("fay")                           # autograded before the table existed
+        gb.add_submission("a2", "fay", timestamp="2029-01-01 00:00:00")
+        gb.find_grade("t", "nb", "a2", "fay").auto_score = 1.0
         gb.db.commit()
         states = status.states(gb)
     assert states[("dee", "a2")] == status.State("ungraded", "never autograded")
+    assert states[("fay", "a2")] == status.State("graded")
     assert states[("ann", "a2")].label == "late" and states[("ann", "a1")].label == "graded"
 
 
@@ -179,6 +183,20 @@ def test_plain_autogrades_hooks_write_a_submissions_status(tmp_path, monkeypatch
     assert status.read(url)[("eve", "a1")] == status.State("ungraded", "the kernel died\nmore",
                                                            status.fingerprint(folder))
     assert capsys.readouterr().out == "eve/a1: ungraded: the kernel died\n"
+    assert _notebook_rows(url) == {"good": ("ungraded", "the kernel died\nmore"),
+                                   "bad": ("tampering", "uses os.kill")}   # the other kept
+
+    status.failed("eve", "a1", "good", "x" * 600)                 # a reason is cut at 500
+    assert len(_notebook_rows(url)["good"][1]) == 500
+    status.write(url, "eve", "a1", {"bad": ("ungraded", "y" * 600)})
+    assert {k: len(v[1]) for k, v in _notebook_rows(url).items()} == {"bad": 500}
+
+
+def _notebook_rows(url: str) -> dict[str, tuple[str, str]]:
+    with Gradebook(url) as gb:
+        engine, table = status._engine_and_table(gb)
+        with engine.connect() as conn:
+            return {r.notebook: (r.status, r.detail) for r in conn.execute(table.select())}
 
 
 def test_without_a_running_autograde_the_hooks_do_nothing(tmp_path, capsys):
