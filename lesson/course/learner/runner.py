@@ -224,12 +224,11 @@ def run_notebook(path: Path, timeout: int = CELL_TIMEOUT,
                               "traceback": []})
         try:
             client.execute()
-            break
         except Exception as exc:  # a dead kernel: report it, keep the cells that did run
+            if _died_starting(exc, nb) and attempt < START_ATTEMPTS:
+                continue
             result.error = f"{type(exc).__name__}: {exc}"
-            if not (_died_starting(exc, nb) and attempt < START_ATTEMPTS):
-                break
-            result.error = ""
+        break
     for index, cell in enumerate(nb.cells, 1):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code":
