@@ -653,6 +653,29 @@ def test_right_padded_prompts_are_seen_once_generated_tokens_follow_the_padding(
     assert _right_padded_generation(pad=7, new_tokens=2) == []
 
 
+def _stateful_generation(pad: int, state: bool) -> list[str]:
+    """A padded first pass, then one sampled token per row with (or without) a state."""
+    watch = S.SequenceWatch(nn.Embedding(60, 4), lambda *a: None)
+    watch.on_train_forward((_text(10, 100),), {}, 0, True, [])
+    prompts = _text(6, 9, seed=2)
+    for row in range(1, 6):
+        prompts[row, 9 - row:] = pad
+    hidden = (torch.zeros(1, 6, 8), torch.zeros(1, 6, 8))
+    watch.on_eval_forward((prompts,), {}, 1)
+    for step in range(3):
+        nxt = _text(6, 1, seed=step)
+        watch.on_eval_forward((nxt, hidden) if state else (nxt,), {}, 1)
+    return [f.code for f in watch.findings()]
+
+
+def test_a_sampler_that_continues_from_a_state_after_padded_prompts_is_seen():
+    """An RNN's sampler feeds the prompts once, then only the new token with the state: the
+    padding never shows again, but every token is generated after it."""
+    assert _stateful_generation(pad=55, state=True) == ["GENERATION_ON_PADDING"]
+    assert _stateful_generation(pad=55, state=False) == []      # no state: nothing continues
+    assert _stateful_generation(pad=7, state=True) == []        # an id training showed
+
+
 # -- copies ---------------------------------------------------------------------------------------
 class Tied(nn.Module):
     def __init__(self, n: int = 16) -> None:

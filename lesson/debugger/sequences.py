@@ -177,6 +177,9 @@ class SequenceWatch:
         #: (id, axis) that filled the row tails of an evaluation pass while no pad id was known
         #: from training: a generation loop appends after it, and its tails are then generated
         self._eval_pad: tuple[int, int] | None = None
+        #: the last evaluation pass's unmasked padding at the row ends, kept for the next pass:
+        #: one that continues from a state (an RNN's, a cache) generates after that padding
+        self._tail_padded: dict[str, Any] | None = None
         self._generation: list[dict[str, Any]] = []
         self._inverted_masks: list[dict[str, Any]] = []
         self._class_targets: int | None = None
@@ -536,6 +539,9 @@ class SequenceWatch:
         if self._eval_passes >= MAX_EVAL_PASSES:
             return
         self._eval_passes += 1
+        ended, self._tail_padded = self._tail_padded, None
+        if ended is not None and _continues(ended, args, kwargs):
+            self._generation.append(ended["record"] | {"step": step, "continued": "state"})
         tokens = token_tensors(args, kwargs)
         for place, x in tokens:
             if x.numel() > MAX_HOST_TOKENS:
@@ -556,17 +562,15 @@ class SequenceWatch:
                 pads = pad_positions(host, pad, axis)
             else:               # an id training used only as padding: padding wherever it is
                 pads = host == pad
-            pads = _before_real(pads, axis)
             hidden = self._masked_positions(kwargs, x.shape)
             if hidden is not None:
                 pads = pads & ~hidden.detach().cpu()
-            if pads.any():
-                rows = pads.any(dim=axis)
-                self._generation.append({"step": step, "argument": place, "pad_id": pad,
-                                         "padded_rows": int(rows.sum()),
-                                         "rows": int(rows.numel()),
-                                         "unmasked_padding": int(pads.sum()),
-                                         "shape": list(x.shape)})
+            before = _before_real(pads, axis)
+            if before.any():
+                self._generation.append(_padding_record(before, axis, step, place, pad, x))
+            elif pads.any() and self.pad_id is None:
+                self._tail_padded = {"pad": pad, "axis": axis, "batch": x.shape[1 - axis],
+                                     "record": _padding_record(pads, axis, step, place, pad, x)}
 
     # -- the end of a step: accumulation bookkeeping and the one-time probes -------------------
     def end_step(self, step: int) -> None:
@@ -847,6 +851,38 @@ class SequenceWatch:
 # -- helpers ------------------------------------------------------------------------------------
 _RELATION = ("same1", "n1", "shifted1", "ns1", "twice1", "nt1",
              "same0", "n0", "shifted0", "ns0", "twice0", "nt0")
+
+
+def _padding_record(pads: torch.Tensor, axis: int, step: int, place: int | str, pad: int,
+                    x: torch.Tensor) -> dict[str, Any]:
+    """GENERATION_ON_PADDING's evidence of one pass: where the unmasked padding was."""
+    rows = pads.any(dim=axis)
+    return {"step": step, "argument": place, "pad_id": pad, "padded_rows": int(rows.sum()),
+            "rows": int(rows.numel()), "unmasked_padding": int(pads.sum()),
+            "shape": list(x.shape)}
+
+
+def _continues(ended: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Does this pass continue the rows of a pass that ended in unmasked padding: new token ids
+    for as many rows (often one position each, the sampled token), none of them that padding,
+    and a state carried in (a float tensor among the arguments: an RNN's hidden state, an
+    attention cache)?"""
+    values = [*args, *kwargs.values()]
+    new = [v for v in values if isinstance(v, torch.Tensor) and v.dim() == 2
+           and not v.is_floating_point() and v.dtype != torch.bool
+           and v.shape[1 - ended["axis"]] == ended["batch"] and v.numel() <= MAX_HOST_TOKENS]
+    if len(new) != 1 or bool((new[0] == ended["pad"]).any()):
+        return False
+    todo: list[Any] = values
+    while todo:
+        item = todo.pop()
+        if isinstance(item, torch.Tensor) and item.is_floating_point():
+            return True
+        if isinstance(item, (tuple, list)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+    return False
 
 
 def _before_real(pads: torch.Tensor, axis: int) -> torch.Tensor:
