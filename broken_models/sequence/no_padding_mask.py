@@ -70,6 +70,7 @@ def train_broken(seed: int) -> Outcome:
     model = ReviewClassifier()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
             i = torch.randint(len(data.x_train), (batch_size,), generator=g)
@@ -77,6 +78,7 @@ def train_broken(seed: int) -> Outcome:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            schedule.step()
             debugger.record_loss(loss.detach())
     model.eval()
     metrics = scores(model, data, debugger.loss_history)
@@ -118,6 +120,7 @@ def train_fixed(seed: int) -> Outcome:
     model = ReviewClassifier()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
             i = torch.randint(len(data.x_train), (batch_size,), generator=g)
@@ -125,6 +128,7 @@ def train_fixed(seed: int) -> Outcome:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            schedule.step()
             debugger.record_loss(loss.detach())
     model.eval()
     metrics = scores(model, data, debugger.loss_history)
