@@ -123,9 +123,6 @@ FRAGILE = {
     "exploding_rnn": "on 1 of seeds 0-59 (18) the fixed RNN generalises from its 256 training "
                      "sequences to 0.859 validation accuracy (target 0.9); 512 would hold, but "
                      "change which codes the clinic's visible seed shows",
-    "labels_shuffled": "on seed 1447530054 (drawn for commit 77bb612's sweep) the broken run got "
-                       "no LABELS_SHUFFLED; not investigated yet (replay: NNDEBUG_SEEDS="
-                       "1447530054 make test-seeds)",
     "post_ln_no_warmup": "on 1 of seeds 0-29 (8) and 2 of f518d61's 20 CI seeds the run "
                          "without warm-up does not stall: it "
                          "learns slowly (loss 1.2 at step 300, floor 0.46), and WARMUP_MISSING "

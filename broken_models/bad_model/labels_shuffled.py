@@ -16,7 +16,8 @@ from broken_models.checks import at_least, below, ratio
 from broken_models.datasets import digits, mlp, scores
 
 TITLE = "Labels shuffled independently of the inputs"
-SYMPTOM = "The training loss falls, but validation accuracy stays at chance (about 10%)."
+SYMPTOM = ("The training loss falls, but validation accuracy stays near chance (about 10%; up to "
+           "20% where the random pairing happens to give a class or two its own label).")
 EXPECTED = ("LABELS_SHUFFLED",)
 CAUSES = ("LABELS_SHUFFLED",)
 CONSEQUENCES = ()
@@ -27,7 +28,7 @@ EVIDENCE = ("Read check_labels_carry_signal's finding: what does held-out balanc
             "reach, against chance, while the training loss falls?")
 CHANGE = "Change how inputs and labels are shuffled: keep each input with its own label."
 TARGET = "validation accuracy >= 0.9"
-SYMPTOM_CHECK = below(ratio("final_loss", "first_loss"), 0.9) & below("val_accuracy", 0.2)
+SYMPTOM_CHECK = below(ratio("final_loss", "first_loss"), 0.9) & below("val_accuracy", 0.25)
 TARGET_CHECK = at_least("val_accuracy", 0.9)
 
 
