@@ -250,7 +250,9 @@ CODES: dict[str, Code] = {
               "noise-robust loss.",
               _S.WARNING, "data", "label_issues"),
         _code("LABELS_SHUFFLED", "Labels carry no signal about their inputs (shuffled or "
-              "misaligned): held-out balanced accuracy stays at chance while training loss falls.",
+              "misaligned): held-out balanced accuracy stays at chance while training loss "
+              "falls, or the loss never gets below that of predicting each label at its "
+              "frequency.",
               "Check that inputs and labels are indexed and shuffled together (one "
               "permutation for both).",
               _S.CRITICAL, "data", "label_issues"),
@@ -420,6 +422,9 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     # a softmax over the batch normalises a validation batch of another size differently, so
     # validation reads as if the labels carried no signal
     "SOFTMAX_WRONG_DIM": ("LABELS_SHUFFLED",),
+    # targets that do not follow the inputs leave the layers that read the inputs gradients
+    # that cancel out over a batch: only the output's bias learns (the targets' frequencies)
+    "LABELS_SHUFFLED": ("VANISHING_GRADIENT",),
     # a rate decayed to nothing takes steps that move nothing
     "LR_DECAYED": ("PARAMS_NOT_UPDATED",),
     "LR_TOO_HIGH": ("NAN_OR_INF", "EXPLODING_GRADIENT", "EXPLODING_ACTIVATIONS", "DEAD_NEURONS"),

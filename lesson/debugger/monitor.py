@@ -949,7 +949,8 @@ class NetworkDebugger(Engine):
             stochastic_eval=self._eval_probe.evidence, chance_loss=self.chance_loss(),
             val_chance_loss=self.chance_loss(validation=True),
             transformer=self.sequences.transformer_like, post_ln=self.sequences.post_ln,
-            marginal_entropy=self.sequences.marginal_entropy())
+            marginal_entropy=self.sequences.marginal_entropy(),
+            targets_unaligned=self.sequences.targets_unaligned())
 
     def chance_loss(self, validation: bool = False) -> float | None:
         """The loss of a classifier that learned nothing about its inputs: the entropy of the

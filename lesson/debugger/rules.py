@@ -240,6 +240,18 @@ class Thresholds:
     rate that large unwarmed is what breaks a post-LN stack. Rates that train transformers
     without warm-up move them by 1e-3 to 3e-2; other bugs that leave a model at its marginal
     entropy (an attention bug, a mask the wrong way round) have their own findings."""
+    prior_start: float = 1.2
+    """LABELS_SHUFFLED for targets one per input token that are not the tokens shifted by one
+    (nor copies of them): the loss started at least this many times the entropy of the targets'
+    own frequencies (the loss of a model that predicts each target at its frequency, whatever
+    the input; an untrained model starts well above it)..."""
+    prior_level: float = 0.95
+    """...and its last quarter averaged within this share of that entropy (above or below),
+    as flat as a
+    stall (`warmup_stall_fall`): the model learned which targets are frequent and nothing from
+    its inputs, for the whole second half of the run. Aligned targets (a language model's next
+    tokens) take a model below that level within a few hundred steps; misaligned ones (a
+    transpose or reshape that mixes rows, targets drawn at other indices) never can."""
 
 
 @dataclass
@@ -281,6 +293,9 @@ class Evidence:
     post_ln: bool | None = None
     #: entropy (nats) of the loss's targets' own frequencies: a model that ignores its input
     marginal_entropy: float | None = None
+    #: the targets are one per input token but not those tokens shifted by one (nor copies of
+    #: them): None when no loss compared targets with token inputs
+    targets_unaligned: bool | None = None
 
 
 def _finite(v: Any) -> bool:
@@ -1214,6 +1229,38 @@ def _no_signal_against_chance(ev: Evidence, th: Thresholds) -> list[Finding]:
                     advice=_NO_SIGNAL_ADVICE)]
 
 
+def rule_targets_at_prior(ev: Evidence, th: Thresholds) -> list[Finding]:
+    """LABELS_SHUFFLED for token targets that do not follow the inputs: one target per input
+    token, none of the relations a language model's targets have with its inputs, and a loss
+    that fell to the entropy of the targets' own frequencies and stayed there (see
+    `prior_start`, `prior_level`)."""
+    entropy, losses = ev.marginal_entropy, ev.losses
+    if not ev.targets_unaligned or entropy is None or entropy <= 0 \
+            or len(losses) < 4 * th.min_losses or not all(math.isfinite(v) for v in losses):
+        return []
+    start = _mean(losses[:3])
+    q = len(losses) // 4
+    before, last = _mean(losses[-2 * q:-q]), _mean(losses[-q:])
+    if start < th.prior_start * entropy \
+            or not th.prior_level * entropy <= last <= (2 - th.prior_level) * entropy \
+            or last < (1 - th.warmup_stall_fall) * before:
+        return []
+    return [Finding("LABELS_SHUFFLED",
+                    f"the loss fell from {start:.3g} to {last:.3g} and stayed there over the "
+                    f"last {q} steps, {last / entropy:.0%} of the entropy of the targets' own "
+                    f"frequencies ({entropy:.3g}): the model predicts each target at its "
+                    "frequency and learns nothing from its inputs. The targets, one per input "
+                    "token, are not those tokens shifted by one (nor copies of them): they do "
+                    "not follow the inputs (a transpose or reshape that mixes rows, targets "
+                    "drawn at other indices than the inputs)",
+                    evidence={"loss_start": _sig(start), "loss_last_quarter": _sig(last),
+                              "marginal_entropy": _sig(entropy), "steps": len(losses)},
+                    advice="Print one row of inputs beside its targets: each target must be "
+                           "the token that follows its input, in the same row. Flatten logits "
+                           "and targets the same way (logits.reshape(-1, V) with "
+                           "targets.reshape(-1), both batch-first).")]
+
+
 _NO_SIGNAL_ADVICE = ("Check that inputs and labels are indexed and shuffled together (one "
                      "permutation for both) and that every split maps class names to the same "
                      "indices; confirm with check_labels_carry_signal(...).")
@@ -1250,7 +1297,7 @@ RULES: list[Callable[[Evidence, Thresholds], list[Finding]]] = [
     rule_activation_scale, rule_vanishing, rule_exploding_gradient, rule_missing_zero_grad,
     rule_params_not_updated, rule_no_gradient, rule_modes, rule_symmetric, rule_overfitting,
     rule_zero_grad_in_accumulation, rule_frozen_params_move, rule_labels_without_signal,
-    rule_warmup_missing,
+    rule_warmup_missing, rule_targets_at_prior,
 ]
 
 

@@ -525,6 +525,22 @@ class SequenceWatch:
             return None
         return float(torch.special.entr(counts / total).sum())
 
+    def targets_unaligned(self) -> bool | None:
+        """Are the targets one per input token yet neither the inputs shifted by one, nor
+        copies of them, nor two positions on, on any axis (over at least MIN_RELATION_TARGETS
+        counted targets)? None when no loss compared targets with token inputs. (One host read:
+        called when diagnosing.)"""
+        if not self._relations:
+            return None
+        rels = [_read_relation(v) for v in to_host(
+            {k: s.packed() for k, s in self._relations.items()}).values()]
+        compared = max(r[a][n] for r in rels for a in (0, 1) for n in ("targets",
+                                                                       "twice_targets"))
+        if compared < MIN_RELATION_TARGETS:
+            return None
+        return all(r[a][k] < RELATION_SHARE for r in rels for a in (0, 1)
+                   for k in ("same", "shifted", "twice"))
+
     def on_backward(self, args: tuple[Any, ...]) -> None:
         """loss.backward() / torch.autograd.backward(loss) on a statistics step."""
         t = args[0] if args else None
