@@ -72,6 +72,7 @@ def train_broken(seed: int) -> Outcome:
     model = ReviewGRU()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
             i = torch.randint(len(data.x_train), (batch_size,), generator=g)
@@ -79,6 +80,7 @@ def train_broken(seed: int) -> Outcome:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            schedule.step()
             debugger.record_loss(loss.detach())
     model.eval()
     return Outcome(scores(model, data, debugger.loss_history), debugger)
@@ -114,6 +116,7 @@ def train_fixed(seed: int) -> Outcome:
     model = ReviewGRU()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     with NetworkDebugger(model, optimizer, criterion) as debugger:
         for step in range(steps):
             i = torch.randint(len(data.x_train), (batch_size,), generator=g)
@@ -121,6 +124,7 @@ def train_fixed(seed: int) -> Outcome:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            schedule.step()
             debugger.record_loss(loss.detach())
     model.eval()
     return Outcome(scores(model, data, debugger.loss_history), debugger)
