@@ -170,6 +170,34 @@ def test_repeated_first_tokens_before_long_right_padding_are_not_left_padding():
     assert P.filler(mixed, 1) == (0, "right")
 
 
+def _pad_after(batches: list[torch.Tensor]) -> tuple[int | None, int | None]:
+    watch = S.SequenceWatch(nn.Embedding(50, 4), lambda *a: None)
+    for step, x in enumerate(batches):
+        watch.on_train_forward((x,), {}, step, True, [])
+    return watch.pad_id, watch.time_axis
+
+
+def test_copies_of_one_sample_at_a_batch_head_are_not_left_padding_across_the_batch():
+    """A text batch (16 rows of 15) whose first two rows are one sample drawn twice, starting
+    with a token no other row holds: read with the batch axis as time, every position those
+    copies share with that token looks left-padded (the post-LN case at batch 16, seed 2: pad
+    id 11 and PADDING_IN_LOSS on a healthy language model). Padding read that way is taken
+    only when a second batch agrees; a time-first padded batch is, on its second batch."""
+    g = torch.Generator().manual_seed(0)
+    text = torch.randint(1, 40, (16, 15), generator=g)
+    text[:2] = torch.tensor([45, 45, 45, 8, 15, 15, 10, 8, 45, 45, 45, 8, 15, 15, 10])
+    assert P.filler(text, 0) == (45, "left")                # the coincidence, read alone
+    other = torch.randint(1, 40, (16, 15), generator=g)
+    assert _pad_after([text]) == (None, None)
+    assert _pad_after([text, other]) == (None, None)
+    lengths = torch.tensor([10, 6, 9, 7, 10, 8, 6, 9])      # 8 sequences down the columns
+    time_first = torch.randint(1, 40, (10, 8), generator=g)
+    time_first[torch.arange(10)[:, None] >= lengths] = 0     # padded (time, batch)
+    assert P.filler(time_first, 1) is None and P.filler(time_first, 0) == (0, "right")
+    assert _pad_after([time_first]) == (None, None)          # one batch: not yet
+    assert _pad_after([time_first, time_first]) == (0, 0)    # a second agrees: padding
+
+
 def test_a_padding_idx_named_beforehand():
     rows = torch.tensor([[5, 6, 7, 8, 3], [5, 6, 7, 8, 3], [5, 6, 7, 8, 9]])
     assert P.filler(rows, 1) is None                   # runs of one: no filler

@@ -160,6 +160,8 @@ class SequenceWatch:
         #: token batches looked up inside the model this step, before a pad id was known
         self._embedded: list[tuple[int | str, torch.Tensor]] = []
         self._pad_searches = 0
+        #: padding read with the batch axis as time, waiting for a second batch to agree
+        self._pad_candidate: tuple[int, str] | None = None
         self._padded: list[_Padded] = []
         self._lengths: set[int] = set()
         self._call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
@@ -296,6 +298,13 @@ class SequenceWatch:
             found = filler(tokens, axis)
             if found is None and _is_int(padding_idx) and padding_idx >= 0:
                 found = ends_with(tokens, padding_idx, axis)
+            elif found is not None and axis == 0 and found != self._pad_candidate:
+                # read with axis 0 as time, the "rows" are positions and their runs consecutive
+                # samples: two copies of one sample at the head of a batch, starting with a
+                # token no other sample holds, read as left padding. Padding recurs in every
+                # batch; such a coincidence does not: adopted when a second batch agrees
+                self._pad_candidate = found
+                return
             if found is not None:
                 self.pad_id, self.time_axis, self.pad_side = found[0], axis, found[1]
                 ends = "tails" if found[1] == "right" else "heads"
@@ -569,11 +578,12 @@ class SequenceWatch:
                 pad, axis = self._eval_pad     # generated tokens now follow the padding
                 pads = host == pad
             elif pad is None:
-                found = filler(host, 1) or filler(host, 0)
+                axes = (1, 0) if self.time_axis == 0 else (1,)   # see _find_pad
+                found, axis = next(((f, a) for a in axes if (f := filler(host, a))),
+                                   (None, 1))
                 if found is None:
                     continue
                 pad = found[0]
-                axis = 1 if filler(host, 1) else 0
                 self._eval_pad = (pad, axis)
                 pads = pad_positions(host, pad, axis)
             else:               # an id training used only as padding: padding wherever it is
