@@ -51,7 +51,7 @@ def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger, check_batch_independence
 
     torch.manual_seed(seed)
-    data = sequences(seed, steps=100)
+    data = sequences(seed, steps=100, radius=0.5)
     model = TimeMajorClassifier(lambda x: x.view(x.shape[1], x.shape[0], x.shape[2]))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()
@@ -70,7 +70,7 @@ def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger, check_batch_independence
 
     torch.manual_seed(seed)
-    data = sequences(seed, steps=100)
+    data = sequences(seed, steps=100, radius=0.5)
     model = TimeMajorClassifier(lambda x: x.transpose(0, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     criterion = nn.CrossEntropyLoss()

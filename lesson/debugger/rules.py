@@ -247,11 +247,10 @@ class Thresholds:
     the input; an untrained model starts well above it)..."""
     prior_level: float = 0.95
     """...and its last quarter averaged within this share of that entropy (above or below),
-    as flat as a
-    stall (`warmup_stall_fall`): the model learned which targets are frequent and nothing from
-    its inputs, for the whole second half of the run. Aligned targets (a language model's next
-    tokens) take a model below that level within a few hundred steps; misaligned ones (a
-    transpose or reshape that mixes rows, targets drawn at other indices) never can."""
+    as flat as a stall (`warmup_stall_fall`): the model learned which targets are frequent and
+    nothing from its inputs. Aligned targets (a language model's next tokens) take a model
+    below that level within a few hundred steps; misaligned ones (a transpose or reshape that
+    mixes rows, targets drawn at other indices) never can."""
 
 
 @dataclass
