@@ -4,6 +4,7 @@ students and submissions, a graded submission's scores (a notebook not handed in
 the scores as export reads them, and the autograded notebooks feedback is made from."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -62,6 +63,8 @@ def test_the_database_url(tmp_path):
     assert gradebook.db_url(tmp_path, "sqlite:////x/g.db") == "sqlite:////x/g.db"
     assert gradebook.db_url(tmp_path, "postgresql://u@h:5/db") == "postgresql+psycopg://u@h:5/db"
     assert gradebook.db_url(tmp_path, "postgresql+psycopg://h/d") == "postgresql+psycopg://h/d"
+    assert gradebook.db_url(tmp_path, "postgresql://h/d?x=postgresql://") == \
+        "postgresql+psycopg://h/d?x=postgresql://"            # the scheme only
     for bad in ("mysql://h/d", "gradebook.db", "sqlite://relative"):
         with pytest.raises(ValueError, match="--db must be"):
             gradebook.db_url(tmp_path, bad)
@@ -87,6 +90,16 @@ def test_the_assignments_are_copied_to_another_database_once(url, course, tmp_pa
         assert [(c.name, c.max_score) for c in one.task_cells] == [("task", 2)]
         assert sorted(nb.name for nb in a.notebooks) == ["one", "two"]
     assert gradebook.notebooks_of(other, "a1") == gradebook.notebooks_of(url, "a1")
+    with Gradebook(url) as gb:                           # a new assignment in the course
+        gb.add_assignment("a2")
+        gb.add_notebook("three", "a2")
+    # a1 first (nbgrader's own order is its ids'): a1 is there already, a2 still comes
+    from nbgrader.api import Assignment
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Gradebook, "assignments", property(
+            lambda gb: sorted(gb.db.query(Assignment).all(), key=lambda a: a.name)))
+        gradebook.ensure_assignments(other, url)
+    assert gradebook.notebooks_of(other, "a2") == ["three"]
 
 
 def test_the_same_database_is_left_alone(url):
@@ -103,6 +116,9 @@ def test_students_and_submissions_are_made_with_their_timestamps(url, tmp_path):
     subs = [gradebook.Submission("ann", "a1", tmp_path / "ann"),
             gradebook.Submission("bob", "a1", tmp_path / "bob")]
     assert subs[0].key == ("ann", "a1")
+    assert len({subs[0], gradebook.Submission("ann", "a1", tmp_path / "ann")}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        subs[0].student = "bob"                          # a key of the engine's tables
     gradebook.prepare(url, subs, {("ann", "a1"): "2030-01-02 10:00:00"})
     gradebook.prepare(url, subs, {("ann", "a1"): "2030-01-02 10:00:00"})   # again: the same
     with Gradebook(url) as gb:
@@ -167,7 +183,7 @@ def test_autograded_notebooks_are_written_over_read_only_ones(tmp_path):
     os.chmod(target, 0o444)                              # nbgrader leaves them read-only
     gradebook.write_autograded(folder, {"one": _graded(failing=True)})
     assert nbformat.read(target, as_version=4).cells[0].outputs[0]["output_type"] == "error"
-    assert stat.S_IMODE(os.stat(target).st_mode) & 0o200
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
 
 
 def test_an_ungraded_submissions_old_autograded_notebooks_go(tmp_path):
@@ -176,3 +192,14 @@ def test_an_ungraded_submissions_old_autograded_notebooks_go(tmp_path):
     gradebook.forget_autograded(folder)
     assert not folder.exists() and folder.parent.exists()
     gradebook.forget_autograded(folder)                  # nothing there: nothing to do
+
+
+def test_forgetting_never_fails_the_grading(tmp_path, monkeypatch):
+    folder = tmp_path / "autograded" / "ann" / "a1"
+    gradebook.write_autograded(folder, {"one": _graded(failing=False)})
+
+    def refused(*args, **kwargs):
+        raise PermissionError("a file that would not go")
+
+    monkeypatch.setattr(os, "unlink", refused)
+    gradebook.forget_autograded(folder)                  # what cannot go stays, silently
