@@ -120,9 +120,6 @@ FRAGILE = {
                    "batches at 3e-3, before mini-batches of 64 at 5e-3), and the fixed run's "
                    "climbs on 2 of seeds 0-499 (205, 281): a rate or a width that makes "
                    "every 50-image run climb makes some 1000-image runs climb too",
-    "exploding_rnn": "on 1 of seeds 0-59 (18) the fixed RNN generalises from its 256 training "
-                     "sequences to 0.859 validation accuracy (target 0.9); 512 would hold, but "
-                     "change which codes the clinic's visible seed shows",
     "post_ln_no_warmup": "on 1 of seeds 0-29 (8) and 2 of f518d61's 20 CI seeds the run "
                          "without warm-up does not stall: it "
                          "learns slowly (loss 1.2 at step 300, floor 0.46), and WARMUP_MISSING "

@@ -98,6 +98,12 @@ def test_the_remedies_found_in_the_course_texts_are_the_ones_they_name():
     assert named("Lower the learning rate 10x at a time until the loss falls") == [
         "lower the learning rate"]
     assert SEARCH.search("10x at a time until the loss falls")
+    # a sentence that names a change to disown it suggests nothing; the next one still counts
+    assert named("Clipping (clip_grad_norm_ at 1.0) caps it as a safety net; it removes no "
+                 "cause. Clip the gradient norm.") == ["clip the gradient norm"]
+    assert named("Clipping caps it as a safety net. Lower the learning rate.") == [
+        "lower the learning rate"]
+    assert named("Clip at 1.0: it hides a symptom.") == []
     assert named("Dead from the first step: re-initialise (Kaiming, or PyTorch's default "
                  "init).") == ["Kaiming initialisation", "PyTorch's default initialisation"]
     assert named("use nn.BatchNorm / nn.LayerNorm, which do") == []   # a replacement, no addition

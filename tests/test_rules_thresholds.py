@@ -521,6 +521,21 @@ def test_vanishing_is_not_read_from_a_run_whose_loss_fell_twentyfold():
     assert codes(rules.rule_vanishing(short, TH)) == ["VANISHING_GRADIENT"]
 
 
+def test_vanishing_is_not_read_while_the_first_layer_gradient_explodes():
+    """A 10-layer net that blew up (exploding_deep, CI's seed 710472916) can read 0.weight's
+    relative gradient 7e6 against 20.weight's 1e12: a ratio of 5e-6, and nothing starving."""
+    def run(first: float) -> Evidence:
+        ev = vanishing(1e-6)
+        for name, p in ev.history[0]["params"].items():
+            if name.endswith("weight"):
+                p["grad_norm"] = (first if name == "0.weight" else 1e12) * p["weight_norm"]
+        return ev
+
+    assert rules.rule_vanishing(run(TH.exploding_grad_to_weight * 1.01), TH) == []
+    found = rules.rule_vanishing(run(TH.exploding_grad_to_weight * 0.99), TH)
+    assert codes(found) == ["VANISHING_GRADIENT"]
+
+
 def test_vanishing_orders_layers_by_the_forward_pass_not_by_name():
     ev = vanishing(0.9e-3)
     ev.layer_order = ["2", "1", "0"]                  # "0" is the last layer: no vanishing

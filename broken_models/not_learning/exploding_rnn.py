@@ -66,7 +66,7 @@ def train_broken(seed: int) -> Outcome:
 
     config = {"seq_len": 30, "hidden": 64, "init_std": 0.3, "lr": 2e-3, "steps": 60}
     torch.manual_seed(seed)
-    data = sequences(seed, steps=config["seq_len"], radius=0.7)
+    data = sequences(seed, steps=config["seq_len"], radius=0.7, n_train=512)
     model = SequenceClassifier(features=4, hidden=config["hidden"], classes=2)
     init_normal(model, config["init_std"])
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
@@ -86,7 +86,7 @@ def train_fixed(seed: int) -> Outcome:
 
     config = {"seq_len": 30, "hidden": 64, "init_std": 0.3, "lr": 2e-3, "steps": 60}
     torch.manual_seed(seed)
-    data = sequences(seed, steps=config["seq_len"], radius=0.7)
+    data = sequences(seed, steps=config["seq_len"], radius=0.7, n_train=512)
     model = SequenceClassifier(features=4, hidden=config["hidden"], classes=2)
     init_normal(model, config["init_std"])
     nn.init.orthogonal_(model.rnn.weight_hh_l0)

@@ -50,7 +50,8 @@ class Thresholds:
     """EXPLODING_ACTIVATIONS: a layer's rms grew by this factor between first and last record."""
     vanishing_ratio: float = 1e-3
     """VANISHING_GRADIENT: relative gradient (||grad|| / ||weight||) of the first weight layer
-    over that of the last one below this: three orders of magnitude."""
+    over that of the last one below this: three orders of magnitude. (Not while the first
+    layer's own relative gradient is at `exploding_grad_to_weight`: that layer is not starving.)"""
     vanishing_min_layers: int = 3
     """Vanishing gradients need depth: at least this many weight layers."""
     vanishing_learned_fall: float = 0.05
@@ -808,7 +809,10 @@ def rule_vanishing(ev: Evidence, th: Thresholds) -> list[Finding]:
         rel_last = pl["grad_norm"] / pl["weight_norm"]
         if rel_last <= 0:
             continue
-        ratios.append(rel_first / rel_last)
+        # An early layer whose gradient is many times its weights is not starving, whatever
+        # the last layer reads: a network that blew up (the explosion's own rule names it).
+        ratios.append(math.inf if rel_first >= th.exploding_grad_to_weight
+                      else rel_first / rel_last)
         detail = (first, last, rel_first, rel_last)
     if not ratios or detail is None or max(ratios) >= th.vanishing_ratio:
         return []

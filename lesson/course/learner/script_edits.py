@@ -542,10 +542,26 @@ REMEDIES: tuple[Remedy, ...] = (
 SEARCH = re.compile(r"at a time|until|apart|factor of 10", re.I)
 
 
+#: words of a sentence that names a change to disown it as a fix ("clipping ... caps the
+#: gradient as a safety net; it removes no cause")
+DISOWNED = re.compile(r"safety net|removes no cause|hides? (a|the) symptom", re.I)
+
+
+def _disowned_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of `text`'s sentences that disown what they name."""
+    spans, start = [], 0
+    for end in [m.end() for m in re.finditer(r"\.(\s+|$)", text)] + [len(text)]:
+        if DISOWNED.search(text[start:end]):
+            spans.append((start, end))
+        start = end
+    return spans
+
+
 def remedies_in(text: str) -> list[Remedy]:
     """The remedies `text` suggests (in REMEDIES' order); words that overlap an earlier
-    remedy's ("Kaiming" in "ReLU with Kaiming initialisation") are that remedy's part."""
-    taken: list[tuple[int, int]] = []
+    remedy's ("Kaiming" in "ReLU with Kaiming initialisation") are that remedy's part, and a
+    sentence that disowns what it names (DISOWNED) suggests nothing."""
+    taken: list[tuple[int, int]] = _disowned_spans(text)
     out = []
     for remedy in REMEDIES:
         for m in remedy.pattern.finditer(text):
