@@ -238,10 +238,11 @@ def open_gradebook(url: str) -> None:
 
 
 def _safe(url: str) -> str:
-    """A database URL without its password."""
+    """A database URL without its password: all up to the last `@`, so that a password
+    written with an `@` or a `/` in it (unescaped) is not shown in part."""
     import re
 
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    return re.sub(r"://([^:/@]+):.*@", r"://\1:***@", url)
 
 
 def grade_class(root: Path, assignments: list[str] | None = None, *, workers: int | None = None,
@@ -511,7 +512,8 @@ def table(report: Report) -> str:
             cells[key] = "-"
     width = max([len("student")] + [len(s) for s in students])
     cols = [max([len(a)] + [len(cells[(s, a)]) for s in students]) for a in assignments]
-    lines = ["  ".join(["student".ljust(width)] + [a.ljust(c) for a, c in zip(assignments, cols)])]
+    lines = ["  ".join(["student".ljust(width)] + [a.ljust(c) for a, c in zip(assignments, cols)])
+             .rstrip()]
     for s in students:
         lines.append("  ".join([s.ljust(width)] + [cells[(s, a)].ljust(c)
                                                    for a, c in zip(assignments, cols)]).rstrip())
