@@ -1,8 +1,8 @@
 """A vanilla RNN whose weights were initialised for a narrower one.
 
-The init helper draws every weight from N(0, 0.3^2): a choice that worked when the hidden state
-had 16 units. The state now has 64, and a 64 x 64 matrix of such entries stretches vectors by
-about 0.3 * sqrt(64) = 2.4. Backpropagation through time multiplies the gradient by that matrix
+The init helper draws every weight from N(0, 0.35^2): a choice that worked when the hidden state
+had 8 units. The state now has 64, and a 64 x 64 matrix of such entries stretches vectors by
+about 0.35 * sqrt(64) = 2.8. Backpropagation through time multiplies the gradient by that matrix
 once per step, and the forward state grows the same way (the ReLU zeroes about half of it,
 which slows the growth but does not stop it): over 30 steps the loss is huge and the gradients
 astronomical. Accuracy alone can hide it: the class is the sign of a logit, and a huge logit
@@ -27,7 +27,7 @@ CAUSES = ("EXPLODING_ACTIVATIONS", "EXPLODING_GRADIENT")
 CONSEQUENCES = ("NAN_OR_INF", "LR_TOO_HIGH")  # the same blow-up, seen elsewhere
 TOOL = "monitor"
 LESSON = "Symptom 1: the loss does not go down"
-FIX = "Initialise the recurrent weights orthogonally (gain 1), not from N(0, 0.3^2)."
+FIX = "Initialise the recurrent weights orthogonally (gain 1), not from N(0, 0.35^2)."
 EVIDENCE = ("Set the first loss against ln(2), the loss of a fresh two-class classifier; then "
             "read the rnn layer's activation and gradient sizes in the tables and the first "
             "finding's evidence: which weights does it name?")
@@ -64,7 +64,7 @@ def init_normal(model: nn.Module, std: float) -> None:
 def train_broken(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
-    config = {"seq_len": 30, "hidden": 64, "init_std": 0.3, "lr": 2e-3, "steps": 60}
+    config = {"seq_len": 30, "hidden": 64, "init_std": 0.35, "lr": 2e-3, "steps": 60}
     torch.manual_seed(seed)
     data = sequences(seed, steps=config["seq_len"], radius=0.7, n_train=512)
     model = SequenceClassifier(features=4, hidden=config["hidden"], classes=2)
@@ -84,7 +84,7 @@ def train_broken(seed: int) -> Outcome:
 def train_fixed(seed: int) -> Outcome:
     from lesson import NetworkDebugger
 
-    config = {"seq_len": 30, "hidden": 64, "init_std": 0.3, "lr": 2e-3, "steps": 60}
+    config = {"seq_len": 30, "hidden": 64, "init_std": 0.35, "lr": 2e-3, "steps": 60}
     torch.manual_seed(seed)
     data = sequences(seed, steps=config["seq_len"], radius=0.7, n_train=512)
     model = SequenceClassifier(features=4, hidden=config["hidden"], classes=2)
