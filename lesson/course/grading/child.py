@@ -15,6 +15,8 @@ import traceback
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
+#: characters of a request's stdout and stderr sent back (the last ones)
+MAX_OUTPUT = 20_000
 #: the student's namespace: the notebook's globals, as the kernel would have them
 NAMESPACE: dict[str, Any] = {"__name__": "__main__"}
 VIOLATIONS: list[str] = []
@@ -161,7 +163,7 @@ def _capture(fn, *args, **kwargs) -> tuple[Any, str, str, BaseException | None]:
             result = fn(*args, **kwargs)
     except BaseException as exc:          # SystemExit too: the answer fails, the child stays
         error = exc
-    return result, out.getvalue()[-20000:], err.getvalue()[-20000:], error
+    return result, out.getvalue()[-MAX_OUTPUT:], err.getvalue()[-MAX_OUTPUT:], error
 
 
 def _error(exc: BaseException) -> dict:

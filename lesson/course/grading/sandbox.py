@@ -33,7 +33,6 @@ from .processes import kill_session
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MEMORY_MB = 3072
 DEFAULT_CPU_S = 900
-MAX_OUTPUT = 20_000
 #: what the course's notebooks allocate beyond a fresh sandbox's own address space: the
 #: solutions peak about 310 MB above it (the clinics and ex3, read from VmPeak), so 512
 COURSE_WORKING_MB = 512
