@@ -113,18 +113,24 @@ def test_a_forked_sandbox_child_is_a_new_session_with_nothing_of_the_graders_ope
 
     monkeypatch.setattr(child, "main", main)
     env = {"PATH": "/usr/bin", "HOME": str(tmp_path)}
+    stdin_r, stdin_w = os.pipe()                           # the grader's stdin, for the fork
+    saved_stdin = os.dup(0)
+    os.dup2(stdin_r, 0)
     try:
         proc = _fork_child({"workdir": str(tmp_path), "fd_out": from_w}, env, Limits(),
                            keep=(to_r, from_w))
+        os.dup2(saved_stdin, 0)
         os.close(from_w)
         assert proc.wait(timeout=30) == 1
         report = json.loads(os.read(from_r, 1 << 16))
     finally:
-        for fd in (stray, to_r, to_w, from_r):
+        os.dup2(saved_stdin, 0)
+        for fd in (stray, to_r, to_w, from_r, stdin_r, stdin_w, saved_stdin):
             os.close(fd)
     assert report["sid"] and report["cwd"] == str(tmp_path) and report["env"] == env
     assert report["stdio"] == ["/dev/null"] * 3
     assert report["fds"] == sorted([0, 1, 2, to_r, from_w])   # not stray, to_w nor from_r
+    assert stdin_r not in report["fds"]
     assert report["fsize"] == 256 << 20 and report["bytecode"] is True
 
 
@@ -155,7 +161,10 @@ def test_a_dead_childs_note_says_why(code, note):
 
 # -- requests: time, budget, progress -------------------------------------------------------------
 class _Alive:
-    pid = 0
+    """A child that is always running; its pid is none of this machine's (never pid 0: a
+    kill of the session 0 is a kill of the caller's own group)."""
+
+    pid = 2**22 + 1                                       # above Linux's largest pid_max
 
     def poll(self):
         return None
@@ -252,3 +261,34 @@ def test_a_new_sandbox_folder_is_private_and_close_removes_it():
     finally:
         box.close()
     assert not box.workdir.exists() and box.proc is None
+
+
+def test_only_a_forked_sandbox_may_read_the_zygotes_font_cache(tmp_path, monkeypatch):
+    """A fork reads matplotlib's cache where its zygote built it (MPLCONFIGDIR); a new
+    interpreter builds its own in its folder, and may not read the grader's."""
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "fonts"))
+    started: dict = {}
+    monkeypatch.setattr(sandbox, "_fork_child",
+                        lambda config, env, limits, keep: started.update(fork=config) or _Alive())
+
+    def popen(args, **kw):
+        started["new"] = args[-1]
+        return _Alive()
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
+    for fork in (True, False):
+        box = Sandbox()
+        box.start(fork=fork)
+        box.proc = None                                   # nothing was started
+        box.close()
+    assert str(tmp_path / "fonts") in started["fork"]["packages"]
+    assert str(tmp_path / "fonts") not in started["new"]
+
+
+def test_a_child_has_three_minutes_to_say_hello():
+    box = _Scripted()
+    before = time.monotonic()
+    box._ready(10.0)
+    after = time.monotonic()
+    (payload, deadline, _), = box.sent
+    assert payload == b"" and before + 180 <= deadline <= after + 180
