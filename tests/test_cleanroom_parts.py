@@ -1,19 +1,29 @@
 """The clean room's own parts (`lesson.course.grading.cleanroom`), each on inputs made in the
 test, without a sandbox: which cells are tests, context and answers; an answer that cannot
 compile; an instructor cell's outputs; a student's exception rebuilt for the tests; an
-argument's in-place changes copied back; the outputs filled into the notebook. The sandboxed
-runs are tests/test_grading_zygote.py's and the graded class's (slow)."""
+argument's in-place changes copied back; the outputs filled into the notebook; and the caller's
+side (`grade_notebook`, the memory check, the trusted process from the zygote or a new
+interpreter) with the trusted process replaced. The sandboxed runs are
+tests/test_grading_zygote.py's and the graded class's (slow)."""
 from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 import torch
 
-from lesson.course.grading import cleanroom, wire
+from lesson.course.grading import cleanroom, wire, zygote
 from lesson.course.grading.cleanroom import (BudgetSpent, Verdicts, _apply_state, _error_output,
                                              _fill, _rebuild_error, _run_trusted_cell,
                                              _syntax_output, classify, syntax_error)
+from lesson.course.grading.sandbox import Limits, MemoryTooLow
 
 
 # -- which cell is what ----------------------------------------------------------------------
@@ -211,3 +221,199 @@ def test_outputs_are_filled_and_numbered_and_a_test_never_run_scores_zero():
 
 def test_the_retry_after_a_timeout_is_bounded():
     assert cleanroom.RETRY_FACTOR == 10.0 and cleanroom.RETRY_FLOOR_S == 5.0
+
+
+# -- the caller's side: grade_notebook, with the trusted process replaced -----------------------
+
+
+def _notebook() -> nbformat.NotebookNode:
+    """A context cell, an answer and a test."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import math"),
+                                         nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("assert x == 1")])
+    nb.cells[0].metadata["nbgrader"] = {"locked": True, "grade_id": "setup"}
+    nb.cells[1].metadata["nbgrader"] = {"solution": True, "grade_id": "answer"}
+    nb.cells[2].metadata["nbgrader"] = {"grade": True, "locked": True, "grade_id": "t1"}
+    return nb
+
+
+@pytest.fixture()
+def trusted(monkeypatch) -> dict:
+    """The trusted process replaced: what it was given; `seen["end"]` says how it ends."""
+    seen: dict = {"end": "ok"}
+    monkeypatch.setattr(cleanroom, "check_memory", lambda mb: seen.update(memory=mb))
+
+    def run(job, result, limits, deny, private, budget):
+        seen.update(job=json.loads(job.read_text()), deny=deny, budget=budget, private=private,
+                    mode=stat.S_IMODE(os.stat(private).st_mode))
+        if seen["end"] == "ok":
+            result.write_text(json.dumps({
+                "outputs": {"2": [{"output_type": "stream", "name": "stdout", "text": "ok\n"}]},
+                "tampering": {"answer": ["edited a test"]}, "notes": ["a note"],
+                "failed": {"t1": "why"}, "spent": 1.25, "unrun": {"answer": "SyntaxError"}}))
+            return 0, "the log"
+        if seen["end"] == "no result":
+            return 0, "the log"
+        return (None if seen["end"] == "timeout" else 7), "x" * 3000 + "the log's end"
+
+    monkeypatch.setattr(cleanroom, "_trusted_process", run)
+    return seen
+
+
+def test_the_trusted_process_gets_a_private_folder_the_cells_and_a_budget(trusted, tmp_path):
+    verdicts = cleanroom.grade_notebook(_notebook(), Limits(timeout_s=10, memory_mb=2000),
+                                        deny=[str(tmp_path / "course" / "..")])
+    assert trusted["memory"] == 2000 and trusted["mode"] == 0o700
+    assert trusted["budget"] == 120 + 10 * (2 + 2)          # the answer and the test count
+    job = trusted["job"]
+    assert job["dump_after"] == 155 and job["limits"]["timeout_s"] == 10
+    assert [c["kind"] for c in job["cells"]] == ["context", "answer", "test"]
+    assert trusted["deny"] == job["deny"] == [str(tmp_path), str(trusted["private"])]
+    assert not trusted["private"].exists()                  # removed after
+    assert verdicts.error is None and verdicts.outputs == {2: [
+        {"output_type": "stream", "name": "stdout", "text": "ok\n"}]}
+    assert (verdicts.tampering, verdicts.failed, verdicts.spent, verdicts.unrun) == (
+        {"answer": ["edited a test"]}, {"t1": "why"}, 1.25, {"answer": "SyntaxError"})
+    assert verdicts.notes[0] == "a note" and verdicts.notes[-1].startswith("clean room: ")
+
+
+@pytest.mark.parametrize("end,message", [
+    ("timeout", "the clean room ran past 180 s: "),
+    ("crash", "the clean room failed (7): "),
+    ("no result", "the clean room failed (0): the log"),
+])
+def test_a_trusted_process_that_fails_leaves_every_test_at_zero_with_the_reason(
+        trusted, end, message):
+    trusted["end"] = end
+    nb = _notebook()
+    verdicts = cleanroom.grade_notebook(nb, Limits(timeout_s=15))
+    assert verdicts.error.startswith(message) and verdicts.outputs == {}
+    if end != "no result":
+        assert verdicts.error.endswith("the log's end") and len(verdicts.error) < 2100
+    assert nb.cells[2].outputs[0].ename == "GraderError"
+    assert nb.cells[2].outputs[0].evalue == verdicts.error
+    assert not trusted["private"].exists()
+
+
+def test_the_memory_check_compares_with_the_zygotes_address_space(monkeypatch):
+    monkeypatch.setattr(zygote, "ENABLED", True)
+    monkeypatch.setattr(zygote, "prewarm", lambda: 1000.0)
+    cleanroom.check_memory(1536)                            # exactly the floor
+    with pytest.raises(MemoryTooLow, match="at least 1536 MB"):
+        cleanroom.check_memory(1535)
+
+    def gone():
+        raise zygote.ZygoteGone("no zygote")
+
+    monkeypatch.setattr(zygote, "prewarm", gone)
+    cleanroom.check_memory(10)                              # nothing to measure: no refusal
+    monkeypatch.setattr(zygote, "ENABLED", False)
+    monkeypatch.setattr(zygote, "prewarm", lambda: pytest.fail("no zygote to ask"))
+    cleanroom.check_memory(10)
+
+
+class _FakeZygote:
+    def __init__(self, code, log_text):
+        self.code, self.log_text, self.asked = code, log_text, None
+
+    def run(self, target, kwargs, *, cwd, log, timeout):
+        self.asked = (target, kwargs, cwd, timeout)
+        if self.log_text is not None:
+            log.write_text(self.log_text)
+        return self.code
+
+
+def test_the_trusted_process_is_forked_from_the_zygote_with_its_log(monkeypatch, tmp_path):
+    fake = _FakeZygote(0, "trusted output")
+
+    @contextmanager
+    def pool():
+        yield fake
+
+    monkeypatch.setattr(zygote, "ENABLED", True)
+    monkeypatch.setattr(zygote, "zygote", pool)
+    job, result = tmp_path / "job.json", tmp_path / "result.json"
+    limits = Limits(timeout_s=3)
+    got = cleanroom._trusted_process(job, result, limits, ["/d"], tmp_path, 99.0)
+    assert got == (0, "trusted output")
+    target, kwargs, cwd, timeout = fake.asked
+    assert target == "lesson.course.grading.cleanroom:trusted_main" and cwd == tmp_path
+    assert kwargs == {"job": str(job), "result": str(result), "limits": limits.__dict__,
+                      "deny": ["/d"]} and timeout == 99.0
+    (tmp_path / "trusted.log").unlink()
+    fake.log_text, fake.code = None, None                   # past its budget, nothing logged
+    assert cleanroom._trusted_process(job, result, limits, [], tmp_path, 1.0) == (None, "")
+
+
+def test_without_a_zygote_the_trusted_process_is_a_new_interpreter(monkeypatch, tmp_path):
+    @contextmanager
+    def gone():
+        raise zygote.ZygoteGone("it died")
+        yield
+
+    runs: list = []
+
+    def run(args, **kw):
+        runs.append((args, kw))
+        if kw["timeout"] < 1:
+            raise subprocess.TimeoutExpired(args, kw["timeout"])
+        return subprocess.CompletedProcess(args, 3, stdout="", stderr="its stderr")
+
+    monkeypatch.setattr(zygote, "ENABLED", True)
+    monkeypatch.setattr(zygote, "zygote", gone)
+    monkeypatch.setattr(cleanroom.subprocess, "run", run)
+    result = tmp_path / "result.json"
+    result.write_text("half written by the dead zygote's child")
+    assert cleanroom._trusted_process(tmp_path / "job.json", result, Limits(), [], tmp_path,
+                                      5.0) == (3, "its stderr")
+    assert not result.exists()                              # nothing half-written is read
+    args, kw = runs[0]
+    assert args[:3] == [cleanroom.sys.executable, "-I", "-c"] and kw["cwd"] == tmp_path
+    assert "trusted_main" in args[3] and kw["timeout"] == 5.0
+    assert cleanroom._trusted_process(tmp_path / "job.json", result, Limits(), [], tmp_path,
+                                      0.5) == (None, "")    # no result file to remove: fine
+    monkeypatch.setattr(zygote, "ENABLED", False)
+    assert cleanroom._trusted_process(tmp_path / "job.json", result, Limits(), [], tmp_path,
+                                      5.0) == (3, "its stderr")
+
+
+@pytest.mark.parametrize("plain", [
+    ["not", "a", "record"],                                                  # TypeError
+    {},                                                                      # KeyError
+    {"optimizers": [], "seed": "x", "shrunk_steps": 1, "layers": {}},        # ValueError
+    {"optimizers": [], "seed": None, "shrunk_steps": 1, "layers": 5},        # AttributeError
+])
+def test_a_broken_set_up_record_attaches_nothing(plain):
+    from broken_models.case import Outcome
+
+    outcome = Outcome(metrics={}, findings=[])
+    cleanroom._attach_setup(outcome, wire.encode(plain))
+    assert not hasattr(outcome, "_nndebug_setup")
+    cleanroom._attach_setup(outcome, None)
+    cleanroom._attach_setup({"not": "an outcome"}, wire.encode(plain))
+
+
+# -- an answer cell that never finished ---------------------------------------------------------
+class _Box:
+    """A sandbox stand-in: its progress, and the requests a room sends it."""
+
+    def __init__(self, workdir: Path, progress):
+        self.workdir, self.progress, self.spent = workdir, progress, 0.0
+        self.limits, self.sent = Limits(timeout_s=4), []
+
+    def request(self, message, replay=False, timeout=None, budget=None):
+        self.sent.append(message)
+        return {"names": {}, "tampering": [], "stdout": "", "stderr": ""}
+
+
+def test_a_cell_interrupted_before_its_first_statement_ended_keeps_nothing(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(cleanroom.tempfile, "tempdir", None)
+    for progress in (None, 0):
+        box = _Box(tmp_path, progress)
+        room = cleanroom.Room(Limits(), [], sandbox=box)
+        cell = {"label": "a1", "source": "x = 1\nwhile True: pass\n"}
+        out = room._ended(cell, ["x"], set(), cleanroom.TimedOut("late"))
+        assert box.sent == []                               # nothing to run again
+        assert [(o["ename"], o["evalue"]) for o in out] == [
+            ("TimeoutError", "cell a1 ran past the time limit (4 s, interrupted)")]
