@@ -139,8 +139,11 @@ def _child(request: dict) -> None:
         module, _, function = request["target"].partition(":")
         getattr(importlib.import_module(module), function)(**request["kwargs"])
         code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:             # as an interpreter ends: None is 0, a message is 1
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
