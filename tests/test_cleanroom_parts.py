@@ -417,3 +417,40 @@ def test_a_cell_interrupted_before_its_first_statement_ended_keeps_nothing(tmp_p
         assert box.sent == []                               # nothing to run again
         assert [(o["ename"], o["evalue"]) for o in out] == [
             ("TimeoutError", "cell a1 ran past the time limit (4 s, interrupted)")]
+
+
+class _SlowBox(_Box):
+    """A sandbox whose every request runs past its time, using up `cost` of the budget."""
+
+    def __init__(self, workdir: Path, budget, spent=0.0, cost=0.0):
+        super().__init__(workdir, None)
+        self.limits = Limits(timeout_s=4, budget_s=budget)
+        self.spent, self.cost = spent, cost
+
+    def request(self, message, replay=False, timeout=None, budget=None):
+        self.sent.append((message, budget))
+        self.spent += self.cost
+        raise cleanroom.TimedOut("late")
+
+
+def test_a_request_past_its_time_is_a_spent_budget_only_when_the_budget_is(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(cleanroom.tempfile, "tempdir", None)
+
+    def ask(budget, spent=0.0, cost=0.0):
+        box = _SlowBox(tmp_path, budget, spent, cost)
+        room = cleanroom.Room(Limits(), [], sandbox=box)
+        with pytest.raises(cleanroom.TimedOut) as caught:
+            room.request(("call",))
+        return caught.value, box.sent
+
+    exc, sent = ask(None)                                   # no budget: a plain time-out
+    assert not isinstance(exc, BudgetSpent) and sent == [(("call",), None)]
+    exc, sent = ask(10.0, cost=9.96)                        # 0.04 s left after it: spent
+    assert isinstance(exc, BudgetSpent) and sent == [(("call",), 10.0)]
+    exc, _ = ask(10.0, cost=9.94)                           # 0.06 s left: only this call
+    assert not isinstance(exc, BudgetSpent)
+    exc, sent = ask(10.0, spent=10.0)                       # nothing left: never sent
+    assert isinstance(exc, BudgetSpent) and sent == []
+    exc, sent = ask(10.0, spent=4.0)
+    assert sent == [(("call",), 6.0)]                       # the request gets what is left
