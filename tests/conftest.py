@@ -45,3 +45,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return module if module in SHARED_FIXTURE_MODULES else nodeid
 
     return SharedFixtureScheduling(config, log)
+
+
+@pytest.fixture()
+def alembic_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nbgrader runs the alembic beside python when it makes a gradebook."""
+    import os
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
+                                                os.environ.get("PATH", "")]))

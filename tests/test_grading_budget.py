@@ -5,8 +5,6 @@ how long "the solution" took, so these run in a second; the graded class measure
 (tests/test_grading_limits.py, slow)."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import nbformat
@@ -18,10 +16,7 @@ from lesson.course.grading.cleanroom import Verdicts
 
 
 @pytest.fixture()
-def url(tmp_path, monkeypatch) -> str:
-    # nbgrader runs the alembic beside python when it makes a gradebook
-    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
-                                                os.environ.get("PATH", "")]))
+def url(tmp_path, alembic_on_path) -> str:
     return f"sqlite:///{tmp_path / 'gradebook.db'}"
 
 

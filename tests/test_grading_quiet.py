@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -32,10 +31,8 @@ def _test_cell(source: str, locked: bool = True, points: float = 3) -> nbformat.
 
 
 @pytest.fixture()
-def url(tmp_path, monkeypatch) -> str:
+def url(tmp_path, alembic_on_path) -> str:
     """A gradebook whose test cell "t1" (3 points, locked) holds hidden tests."""
-    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent),
-                                                os.environ.get("PATH", "")]))
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     source = _test_cell(HIDDEN)
     with Gradebook(url) as gb:
