@@ -4,12 +4,16 @@ interpreter's would be, the zygote leaves quietly when the grading process goes 
 pool hands a live zygote out again. tests/test_grading_zygote.py holds the rest."""
 from __future__ import annotations
 
+import json
 import os
 import stat
+import struct
+import time
 
 import pytest
 
 from lesson.course.grading import zygote
+from lesson.course.grading.frames import frame, read_frame
 from tests.test_grading_zygote import run_script
 
 
@@ -96,3 +100,160 @@ def test_prewarm_is_nothing_without_fork(monkeypatch):
     monkeypatch.setattr(zygote, "ENABLED", False)
     monkeypatch.setattr(zygote, "Zygote", lambda: pytest.fail("no zygote without fork"))
     assert zygote.prewarm() == 0.0
+
+
+def test_mapped_mb_is_0_where_proc_cannot_be_read(monkeypatch):
+    assert zygote.mapped_mb() > 0                  # this process, read from /proc/self/status
+
+    def unreadable(*args, **kwargs):
+        raise PermissionError("no /proc here")
+    monkeypatch.setattr("builtins.open", unreadable)
+    assert zygote.mapped_mb() == 0.0
+
+
+def test_a_child_whose_output_cannot_be_flushed_still_ends_with_its_own_status(warm, tmp_path):
+    """The flush at the end must not raise out of the child: the fork would carry on as a
+    second zygote instead of exiting with the target's status."""
+    source = ("import sys\n"
+              "class Broken:\n"
+              "    def write(self, text): return len(text)\n"
+              "    def flush(self): raise OSError('the log is gone')\n"
+              "sys.stdout = sys.stderr = Broken()\n"
+              "raise SystemExit({})\n")
+    assert run_script(warm, tmp_path, source.format(0))[0] == 0
+    assert run_script(warm, tmp_path, source.format(5))[0] == 5
+
+
+def test_the_zygote_serves_requests_that_overlap(warm, tmp_path):
+    """A child that ends while another still runs: the zygote reports it and keeps waiting for
+    the other (the handle makes one request at a time; the zygote's loop must not rely on it)."""
+    warm.ready()
+    slow, quick = tmp_path / "slow.py", tmp_path / "quick.py"
+    slow.write_text("import time; time.sleep(3); raise SystemExit(7)\n")
+    quick.write_text("raise SystemExit(2)\n")
+    for n, script in ((101, slow), (102, quick)):
+        os.write(warm._to, frame(json.dumps({
+            "id": n, "target": "runpy:run_path", "kwargs": {"path_name": str(script)},
+            "cwd": str(tmp_path), "log": str(tmp_path / f"{n}.log")}).encode()))
+    answers = [json.loads(read_frame(warm._from, time.monotonic() + 60)) for _ in range(4)]
+    statuses = [(a["id"], a["status"]) for a in answers if "status" in a]
+    assert statuses == [(102, 2), (101, 7)]
+    assert warm.alive()
+    assert run_script(warm, tmp_path, "raise SystemExit(9)")[0] == 9   # the handle goes on
+
+
+class _Proc:
+    """The zygote process of a scripted handle: alive until killed."""
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def poll(self) -> int | None:
+        return -9 if self.killed else None
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def wait(self) -> int:
+        return -9
+
+
+@pytest.fixture()
+def scripted(tmp_path):
+    """A handle on a 'zygote' that is two pipes: `answer(message)` writes what it says, and
+    `requests()` reads what the handle asked."""
+    z = object.__new__(zygote.Zygote)
+    z.home = tmp_path / "home"
+    z.home.mkdir()
+    z._from, answers = os.pipe()
+    asked, z._to = os.pipe()
+    z.proc, z._ready, z._next, z.mapped_mb = _Proc(), True, 0, 0.0
+
+    def answer(**message) -> None:
+        os.write(answers, frame(json.dumps(message).encode()))
+
+    def requests() -> list[dict]:
+        os.set_blocking(asked, False)
+        data = os.read(asked, 1 << 16)
+        out = []
+        while data:
+            (n,), data = struct.unpack("<Q", data[:8]), data[8:]
+            out.append(json.loads(data[:n]))
+            data = data[n:]
+        return out
+
+    z.answer, z.requests = answer, requests
+    yield z
+    z.close()
+    for fd in (answers, asked):
+        os.close(fd)
+
+
+PID = 2**22 + 1           # no process of this machine's: never pid 0, which kill_session(0) reads
+                          # as the test's own group
+
+
+def _run(z, tmp_path, timeout=5.0):
+    return z.run("m:f", {}, cwd=tmp_path, log=tmp_path / "log", timeout=timeout)
+
+
+def test_each_request_has_its_own_id_and_takes_only_its_answers(scripted, tmp_path):
+    for n, status in ((1, 3), (2, 0)):
+        scripted.answer(id=n, pid=PID)
+        scripted.answer(id=n, status=status)
+        assert _run(scripted, tmp_path) == status
+    assert [r["id"] for r in scripted.requests()] == [1, 2]
+
+
+@pytest.mark.parametrize("answers", [
+    [{"id": 0, "status": -9}],                        # an earlier request's late status
+    [{"id": 1, "pid": PID}, {"id": 1, "pid": PID}],   # a pid where the status belongs
+    [{"id": 2, "pid": PID}],                          # a later request's
+])
+def test_an_answer_out_of_step_ends_the_zygote(scripted, tmp_path, answers):
+    for message in answers:
+        scripted.answer(**message)
+    with pytest.raises(zygote.ZygoteGone, match="out of step"):
+        _run(scripted, tmp_path)
+    assert not scripted.alive()
+
+
+def test_a_zygote_that_does_not_fork_in_time_is_gone(scripted, tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "REPLY_S", 0.2)
+    with pytest.raises(zygote.ZygoteGone, match="did not fork"):
+        _run(scripted, tmp_path)
+    assert not scripted.alive()
+
+
+def test_a_child_past_its_time_is_killed_and_its_status_read_before_the_next_request(
+        scripted, tmp_path, monkeypatch):
+    killed = []
+
+    def kill(pid):
+        killed.append(pid)
+        scripted.answer(id=1, status=-9)            # the zygote reports the killed child
+    monkeypatch.setattr(zygote, "kill_session", kill)
+    scripted.answer(id=1, pid=PID)
+    assert _run(scripted, tmp_path, timeout=0.2) is None
+    assert killed == [PID] and scripted.alive()
+    scripted.answer(id=2, pid=PID)
+    scripted.answer(id=2, status=0)
+    assert _run(scripted, tmp_path) == 0            # not the killed child's status
+
+
+def test_a_zygote_that_never_reports_its_killed_child_is_not_used_again(
+        scripted, tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "kill_session", lambda pid: None)
+    monkeypatch.setattr(zygote, "REPLY_S", 0.2)
+    scripted.answer(id=1, pid=PID)
+    assert _run(scripted, tmp_path, timeout=0.2) is None
+    assert not scripted.alive()                     # the pool drops it
+
+
+def test_a_channel_that_fails_to_read_ends_the_zygote(scripted, tmp_path, monkeypatch):
+    def failing(fd, deadline=None):
+        raise OSError("Bad file descriptor")
+    monkeypatch.setattr(zygote, "read_frame", failing)
+    with pytest.raises(zygote.ZygoteGone, match="stopped answering"):
+        _run(scripted, tmp_path)
+    assert not scripted.alive()

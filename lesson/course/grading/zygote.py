@@ -39,6 +39,8 @@ PRELOAD = ("numpy", "torch", "cloudpickle", "matplotlib.pyplot", "lesson", "brok
            "lesson.debugger", "lesson.checks", "lesson.data", "lesson.course.grading.cleanroom",
            "lesson.course.grading.child")
 STARTUP_S = 180.0
+#: how long the zygote may take to answer a fork, or to report a child killed past its time
+REPLY_S = 30.0
 
 
 class ZygoteGone(Exception):
@@ -79,9 +81,6 @@ def serve(fd_in: int, fd_out: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
-        os.dup2(null, fd)             # a child's stray print never reaches the protocol
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -202,6 +201,16 @@ class Zygote:
             self.close()
             raise ZygoteGone(f"the zygote stopped answering ({exc})") from None
 
+    def _reply(self, key: str, deadline: float) -> Any:
+        """`key` of the zygote's answer to the current request; ZygoteGone when the answer
+        belongs to another request (the two ends are out of step: no later answer can be
+        trusted). TimedOut past `deadline`."""
+        message = self._read(deadline)
+        if message.get("id") != self._next or key not in message:
+            self.close()
+            raise ZygoteGone(f"the zygote answered out of step: {message}")
+        return message[key]
+
     def run(self, target: str, kwargs: dict, *, cwd: Path, log: Path, timeout: float
             ) -> int | None:
         """Fork a child that runs `target(**kwargs)` in `cwd` (stdout and stderr to `log`);
@@ -215,13 +224,20 @@ class Zygote:
         except OSError as exc:
             self.close()
             raise ZygoteGone(f"the zygote is gone ({exc})") from None
-        pid = self._read(time.monotonic() + 30)["pid"]
         try:
-            return self._read(time.monotonic() + timeout)["status"]
+            pid = self._reply("pid", time.monotonic() + REPLY_S)
+        except TimedOut:
+            self.close()
+            raise ZygoteGone("the zygote did not fork in time") from None
+        try:
+            return self._reply("status", time.monotonic() + timeout)
         except TimedOut:
             kill_session(pid)
-            self._read(time.monotonic() + 30)
-            return None
+        try:
+            self._reply("status", time.monotonic() + REPLY_S)
+        except TimedOut:
+            self.close()            # its answer would come to the next request: none is made
+        return None
 
     def close(self) -> None:
         import shutil
