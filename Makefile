@@ -6,7 +6,7 @@ PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-quick test-seeds bench mutate release clean
+.PHONY: run test test-quick test-class test-seeds bench mutate release clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,10 +18,13 @@ run: $(STAMP)
 	$(BIN)/nndebug clinic
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not seeds"
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not seeds and not classwide"
 
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not slow"
+
+test-class: $(STAMP)  # two simulated classes graded end to end, nbgrader and nndebug grade
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "classwide and not seeds"
 
 test-seeds: $(STAMP)  # every catalogue case on 8 unseen seeds, and the hiders on hidden seeds
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m seeds

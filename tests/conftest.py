@@ -32,6 +32,18 @@ SHARED_FIXTURE_MODULES = ("tests/test_course.py", "tests/test_grading.py",
                           "tests/test_grading_limits.py", "tests/test_browser.py")
 
 
+#: fixtures that grade a whole simulated class end to end, every exercise through nbgrader and
+#: `nndebug grade` (about ten minutes of both cores each): a test that uses one is `classwide`,
+#: run by `make test-class` (CI runs it), not by `make test`
+CLASSWIDE_FIXTURES = frozenset({"graded_class", "graded"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLASSWIDE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.classwide)
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """xdist's own loadgroup reads `xdist_group` marks into node ids, which pytest 9.2's
     node ids no longer take (its groups are silently ignored): the same grouping by module."""

@@ -4,6 +4,7 @@ interpreter's would be, the zygote leaves quietly when the grading process goes 
 pool hands a live zygote out again. tests/test_grading_zygote.py holds the rest."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -102,13 +103,22 @@ def test_prewarm_is_nothing_without_fork(monkeypatch):
     assert zygote.prewarm() == 0.0
 
 
-def test_mapped_mb_is_0_where_proc_cannot_be_read(monkeypatch):
+def test_mapped_mb_is_vmsize_in_mb_and_0_where_proc_cannot_be_read(monkeypatch):
     assert zygote.mapped_mb() > 0                  # this process, read from /proc/self/status
+    status = "Name:\tpython\nVmPeak:\t  9999 kB\nVmSize:\t  3072 kB\nVmRSS:\t  512 kB\n"
+    monkeypatch.setattr("builtins.open", lambda *a, **k: io.StringIO(status))
+    assert zygote.mapped_mb() == 3.0
 
     def unreadable(*args, **kwargs):
         raise PermissionError("no /proc here")
     monkeypatch.setattr("builtins.open", unreadable)
     assert zygote.mapped_mb() == 0.0
+
+
+def test_a_child_starts_with_every_preloaded_module_imported(warm, tmp_path):
+    code, out = run_script(warm, tmp_path, "import sys\n"
+                           f"print([m for m in {zygote.PRELOAD!r} if m not in sys.modules])\n")
+    assert (code, out) == (0, "[]\n")
 
 
 def test_a_child_whose_output_cannot_be_flushed_still_ends_with_its_own_status(warm, tmp_path):
@@ -257,3 +267,25 @@ def test_a_channel_that_fails_to_read_ends_the_zygote(scripted, tmp_path, monkey
     with pytest.raises(zygote.ZygoteGone, match="stopped answering"):
         _run(scripted, tmp_path)
     assert not scripted.alive()
+
+
+@pytest.mark.parametrize("hello,gone", [
+    ({"ready": True, "pid": PID, "mapped_mb": 812.5}, None),
+    ({"ready": True, "pid": PID}, None),                  # an address space it could not read
+    ({"ready": False, "pid": PID}, "where it says it is ready"),
+    ({"id": 1, "status": 0}, "where it says it is ready"),
+    (None, "did not start in time"),
+])
+def test_a_zygote_is_ready_once_it_says_so(scripted, monkeypatch, hello, gone):
+    scripted._ready = False
+    monkeypatch.setattr(zygote, "STARTUP_S", 0.2)
+    if hello is not None:
+        scripted.answer(**hello)
+    if gone:
+        with pytest.raises(zygote.ZygoteGone, match=gone):
+            scripted.ready()
+        assert not scripted.alive()
+        return
+    scripted.ready()
+    assert scripted._ready and scripted.mapped_mb == hello.get("mapped_mb", 0.0)
+    scripted.ready()                                      # once: no second hello awaited

@@ -186,6 +186,9 @@ class Zygote:
         except TimedOut:
             self.close()
             raise ZygoteGone("the zygote did not start in time") from None
+        if hello.get("ready") is not True:
+            self.close()
+            raise ZygoteGone(f"the zygote said {hello} where it says it is ready")
         self.mapped_mb = float(hello.get("mapped_mb", 0.0))
         self._ready = True
 
