@@ -182,6 +182,7 @@ def test_a_task_that_fails_leaves_its_submission_ungraded_with_the_reason(course
         ("model", status.UNGRADED), ("wrong", status.UNGRADED)]
     for o in report.outcomes:
         assert o.reason == "the grading task failed: RuntimeError: the worker was lost"
+        assert o.lines == [o.reason] and o.seconds == 0.0
         assert report.states[(o.student, A)].kind == status.UNGRADED
         assert not (course / "autograded" / o.student / A).exists()
 

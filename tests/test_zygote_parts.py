@@ -135,19 +135,32 @@ def test_a_child_whose_output_cannot_be_flushed_still_ends_with_its_own_status(w
 
 
 def test_the_zygote_serves_requests_that_overlap(warm, tmp_path):
-    """A child that ends while another still runs: the zygote reports it and keeps waiting for
-    the other (the handle makes one request at a time; the zygote's loop must not rely on it)."""
+    """A child that ends while another still runs: the zygote reports it, and forks and
+    reports a new request at once rather than waiting for the other (the handle makes one
+    request at a time; the zygote's loop must not rely on it)."""
     warm.ready()
-    slow, quick = tmp_path / "slow.py", tmp_path / "quick.py"
-    slow.write_text("import time; time.sleep(3); raise SystemExit(7)\n")
-    quick.write_text("raise SystemExit(2)\n")
-    for n, script in ((101, slow), (102, quick)):
+
+    def request(n: int, source: str) -> None:
+        script = tmp_path / f"{n}.py"
+        script.write_text(source)
         os.write(warm._to, frame(json.dumps({
             "id": n, "target": "runpy:run_path", "kwargs": {"path_name": str(script)},
             "cwd": str(tmp_path), "log": str(tmp_path / f"{n}.log")}).encode()))
-    answers = [json.loads(read_frame(warm._from, time.monotonic() + 60)) for _ in range(4)]
-    statuses = [(a["id"], a["status"]) for a in answers if "status" in a]
-    assert statuses == [(102, 2), (101, 7)]
+
+    statuses = []
+
+    def until_status(n: int) -> None:
+        while n not in [i for i, _ in statuses]:
+            answer = json.loads(read_frame(warm._from, time.monotonic() + 60))
+            if "status" in answer:
+                statuses.append((answer["id"], answer["status"]))
+
+    request(101, "import time; time.sleep(6); raise SystemExit(7)\n")
+    request(102, "raise SystemExit(2)\n")
+    until_status(102)
+    request(103, "raise SystemExit(4)\n")          # while 101 still sleeps
+    until_status(101)
+    assert statuses == [(102, 2), (103, 4), (101, 7)]
     assert warm.alive()
     assert run_script(warm, tmp_path, "raise SystemExit(9)")[0] == 9   # the handle goes on
 

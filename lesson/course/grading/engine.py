@@ -416,8 +416,7 @@ def _run(client: Any, root: Path, config: Any, url: str, todo: list[Submission],
         try:
             res = future.result()
         except Exception as exc:
-            res = {"student": key[0], "assignment": key[1], "lines": [], "states": {},
-                   "graded": {}, "seconds": 0.0,
+            res = {"lines": [], "seconds": 0.0,
                    "error": f"the grading task failed: {type(exc).__name__}: {exc}"}
         if key in recorded:                       # a rescheduled task's second answer
             continue
