@@ -10,12 +10,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lesson.course.grading import engine, status
+from lesson.course.grading import engine, preprocessor, status
 from lesson.course.grading import gradebook as gbk
 from lesson.course.learner.classroom import nbgrader
 
 ROOT = Path(__file__).resolve().parents[1]
-A, NB = "tiny", "tiny.ipynb"
+A, STEM = "tiny", "double"           # an assignment and its one notebook
+NB = f"{STEM}.ipynb"
 
 SOLUTION = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
 TESTS = "assert double(3) == 6\nassert double(-1) == -2\n"
@@ -107,7 +108,7 @@ def test_a_class_is_graded_reported_and_written(course, client):
     (garbled,) = report.ungraded
     assert garbled.reason.startswith(f"{NB} is not a readable notebook (")
     absent = next(o for o in report.outcomes if o.student == "absent")
-    assert absent.lines == [f"{A}.ipynb was not submitted: its tests score 0"]
+    assert absent.lines == [f"{NB} was not submitted: its tests score 0"]
     assert report.scores[("model", A)] == (2.0, 2.0)
     assert report.scores[("wrong", A)] == (0.0, 2.0)
     assert report.scores[("blank", A)] == (0.0, 2.0)
@@ -124,9 +125,10 @@ def test_a_class_is_graded_reported_and_written(course, client):
     assert not any(o.get("output_type") == "error" for c in model_nb.cells
                    for o in c.get("outputs", []))
     (note,) = report.notes
-    assert note.startswith(f"{A}/{A}: the solution's answers take ") and \
+    assert note.startswith(f"{A}/{STEM}: the solution's answers take ") and \
         "per submission" in note
-    assert report.skipped == [] and report.seconds > 0
+    assert report.skipped == [] and 0 < report.seconds < 300
+    assert garbled.seconds == 0.0                   # refused before any grading
 
 
 def test_grading_again_takes_only_new_changed_or_ungraded_work(course, client, monkeypatch):
@@ -163,7 +165,7 @@ def test_a_solution_that_cannot_be_timed_or_is_missing_gets_two_timeouts(course,
         raise RuntimeError("no sandbox here")
     monkeypatch.setattr(engine, "measure_solution", fails)
     report = _grade(course, client, students=["model"])
-    assert report.notes == [f"{A}/{A}: its solution could not be timed (no sandbox here); its "
+    assert report.notes == [f"{A}/{STEM}: its solution could not be timed (no sandbox here); its "
                             "budget is two timeouts"]
     assert report.scores[("model", A)] == (2.0, 2.0)
     (course / "solutions" / A / NB).unlink()
@@ -190,8 +192,10 @@ def test_a_task_that_fails_leaves_its_submission_ungraded_with_the_reason(course
 def test_what_the_caller_asks_wrongly_is_usage(course, client):
     with pytest.raises(engine.Usage, match="no assignment nope in the gradebook"):
         _grade(course, client, assignments=["nope"])
-    with pytest.raises(engine.Usage, match="no submission from nobody under submitted/"):
+    with pytest.raises(engine.Usage, match="^no submission from nobody under submitted/$"):
         _grade(course, client, students=["nobody"])
+    with pytest.raises(engine.Usage, match=f"^no submission from nobody under submitted/ for {A}$"):
+        _grade(course, client, students=["nobody"], assignments=[A])
     with pytest.raises(engine.Usage, match="MB"):
         _grade(course, client, memory_mb=64)          # below what a sandbox needs
     assert gbk.scores(_url(course)) == {}             # nothing was graded
@@ -315,3 +319,48 @@ def test_a_local_cluster_has_one_single_threaded_process_per_worker():
     finally:
         client.close()
         cluster.close()
+
+
+@pytest.mark.parametrize("error,reason", [
+    (preprocessor.GradingFailed("the clean room could not start"),
+     f"{NB}: the clean room could not start"),
+    (KeyError("cells"), f"{NB} could not be graded (KeyError: 'cells')"),
+])
+def test_a_notebook_the_grader_cannot_grade_leaves_its_submission_ungraded(
+        course, client, monkeypatch, error, reason):
+    def fails(self, nb, resources):
+        raise error
+    monkeypatch.setattr(preprocessor.CleanRoomExecute, "preprocess", fails)
+    report = _grade(course, client, students=["model"], budget=60.0)
+    (outcome,) = report.outcomes
+    assert (outcome.status, outcome.reason) == (status.UNGRADED, reason)
+
+
+def test_a_cell_without_an_id_is_named_by_its_place(course, client):
+    """An nbformat 4.4 notebook has no cell ids: a report line names such a cell `cell N`."""
+    nb = nbformat.read(course / "submitted" / "model" / A / NB, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("def broken(:\n    pass\n"))
+    nb.nbformat_minor = 4
+    for cell in nb.cells:
+        cell.pop("id", None)
+    (course / "submitted" / "model" / A / NB).write_text(nbformat.writes(nb, version=4))
+    report = _grade(course, client, students=["model"], budget=60.0)
+    (outcome,) = report.outcomes
+    assert any(line.startswith("cell 1: SyntaxError") for line in outcome.lines), outcome.lines
+
+
+def test_a_cluster_grade_class_started_is_closed_with_its_client(course, monkeypatch):
+    from distributed import Client, LocalCluster
+
+    made = []
+
+    def local(workers, scheduler, connect_timeout):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                               dashboard_address=":0")
+        made.append((Client(cluster), cluster))
+        return made[-1]
+    monkeypatch.setattr(engine, "_client", local)
+    report = engine.grade_class(course, progress=False, students=["model"], budget=60.0)
+    assert report.scores[("model", A)] == (2.0, 2.0)
+    ((client, cluster),) = made
+    assert client.status == "closed" and cluster.status.name == "closed"

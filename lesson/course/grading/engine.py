@@ -430,7 +430,7 @@ def _run(client: Any, root: Path, config: Any, url: str, todo: list[Submission],
             gbk.forget_autograded(autograded)
         else:
             kind = status.fold([(k, d, "") for k, d in res["states"].values()])[0]
-            outcome = Outcome(*key, kind, list(res["lines"]), seconds=res.get("seconds", 0.0))
+            outcome = Outcome(*key, kind, list(res["lines"]), seconds=res["seconds"])
             if write_here:
                 gbk.record(url, *key, res["graded"], config, res["states"], job["fingerprint"],
                            res["seconds"])
