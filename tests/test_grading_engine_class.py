@@ -198,6 +198,8 @@ def test_what_the_caller_asks_wrongly_is_usage(course, client):
         _grade(course, client, students=["nobody"], assignments=[A])
     with pytest.raises(engine.Usage, match="MB"):
         _grade(course, client, memory_mb=64)          # below what a sandbox needs
+    with pytest.raises(engine.Usage, match="--db must be sqlite:///PATH or postgresql://"):
+        _grade(course, client, db="mysql://grades")
     assert gbk.scores(_url(course)) == {}             # nothing was graded
 
 
@@ -304,6 +306,13 @@ def test_a_scheduler_that_does_not_answer_or_has_no_workers_is_infrastructure():
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty:
         with pytest.raises(engine.Infrastructure, match="has no workers"):
             engine._client(None, empty.scheduler_address, 1.0)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as one:
+        client, cluster = engine._client(None, one.scheduler_address, 5.0)
+        try:
+            assert cluster is None                      # someone else's: not ours to close
+            assert len(client.nthreads()) == 1          # one worker is enough to start
+        finally:
+            client.close()
 
 
 def test_a_local_cluster_has_one_single_threaded_process_per_worker():

@@ -82,6 +82,20 @@ def test_close_closes_both_channel_ends_and_may_run_twice():
             os.fstat(fd)
     z.close()                                      # again: nothing left to close, no error
     assert not z.alive() and not z.home.exists()
+    for fd in (1, 2):                              # and nothing of this process's closed
+        os.fstat(fd)
+
+
+def test_the_zygotes_of_the_pool_are_closed_when_the_grading_process_ends(monkeypatch):
+    closed = []
+
+    class Pooled:
+        def close(self) -> None:
+            closed.append(self)
+    pool = [Pooled(), Pooled()]
+    monkeypatch.setattr(zygote, "_POOL", list(pool))
+    zygote._close_all()
+    assert closed == pool[::-1] and zygote._POOL == []
 
 
 def test_the_pool_hands_out_a_live_zygote_again_and_replaces_a_dead_one(monkeypatch):
