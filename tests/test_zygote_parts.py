@@ -51,6 +51,21 @@ def test_a_childs_exit_status_is_a_fresh_interpreters(warm, tmp_path, source, co
         assert log == "a message, no number\n"     # printed, as an interpreter does
 
 
+def test_a_child_holds_no_channel_to_the_zygote(warm, tmp_path):
+    """The fork closes the protocol's pipes: a sandbox's code cannot write an answer of its
+    own to the grading process, nor read the next request."""
+    code, out = run_script(warm, tmp_path, "import os, stat\n"
+                           "pipes = []\n"
+                           "for name in os.listdir('/proc/self/fd'):\n"
+                           "    try:\n"
+                           "        if stat.S_ISFIFO(os.fstat(int(name)).st_mode):\n"
+                           "            pipes.append(int(name))\n"
+                           "    except OSError:\n"
+                           "        pass\n"
+                           "print(pipes)\n")
+    assert (code, out) == (0, "[]\n")
+
+
 def test_a_childs_log_is_private(warm, tmp_path):
     run_script(warm, tmp_path, "print('x')")
     (log,) = tmp_path.glob("*.log")
