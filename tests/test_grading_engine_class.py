@@ -128,6 +128,8 @@ def test_a_class_is_graded_reported_and_written(course, client):
     assert note.startswith(f"{A}/{STEM}: the solution's answers take ") and \
         "per submission" in note
     assert report.skipped == [] and 0 < report.seconds < 300
+    model = next(o for o in report.outcomes if o.student == "model")
+    assert 0 < model.seconds < report.seconds
     assert garbled.seconds == 0.0                   # refused before any grading
 
 
@@ -373,3 +375,38 @@ def test_a_cluster_grade_class_started_is_closed_with_its_client(course, monkeyp
     assert report.scores[("model", A)] == (2.0, 2.0)
     ((client, cluster),) = made
     assert client.status == "closed" and cluster.status.name == "closed"
+
+
+def test_a_budget_given_reaches_each_notebook(course, client):
+    _submit(course, "sleeper", "import time\n\ndef double(x):\n    time.sleep(1.5)\n"
+                               "    return 2 * x\n")
+    report = _grade(course, client, students=["sleeper"], budget=1.0)
+    (outcome,) = report.outcomes
+    assert any("the notebook's time budget (1 s for the student's code) is spent" in line
+               for line in outcome.lines), outcome.lines
+    assert report.scores[("sleeper", A)] == (0.0, 2.0)
+
+
+def test_a_notebook_not_handed_in_does_not_stop_the_others(course):
+    """A submission is graded notebook by notebook: one missing scores 0, the next is graded."""
+    url = _url(course)
+    job = {"student": "model", "assignment": A, "url": url,
+           "config": engine.load_config(course),
+           "notebooks": {"missing": None,
+                         STEM: (course / "submitted" / "model" / A / NB).read_text()},
+           "budget": {STEM: 60.0}, "fingerprint": "f", "write": False, "deny": [str(course)],
+           "timeout": 20.0, "memory_mb": 3072}
+    result = engine.grade_submission(job)
+    assert result["error"] is None
+    assert result["lines"] == ["missing.ipynb was not submitted: its tests score 0"]
+    assert sorted(result["graded"]) == [STEM] and sorted(result["states"]) == [STEM, "missing"]
+
+
+def test_a_task_answered_twice_is_recorded_once(course, client, monkeypatch):
+    """Dask may hand back a rescheduled task twice: the first answer is the one written."""
+    import distributed
+
+    monkeypatch.setattr(distributed, "as_completed",
+                        lambda futures: [f for f in futures for _ in (1, 2)])
+    report = _grade(course, client, students=["model", "wrong"], budget=60.0)
+    assert sorted(o.student for o in report.outcomes) == ["model", "wrong"]
