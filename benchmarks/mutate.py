@@ -36,6 +36,7 @@ import random
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -266,9 +267,6 @@ def _changed_lines(diff: str) -> tuple[str, str, int | None]:
 
 
 def results(module: str) -> dict | None:
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
-
     db = session(module)
     if not db.exists():
         return None
@@ -276,6 +274,25 @@ def results(module: str) -> dict | None:
     spans = _message_spans(ROOT / module)      # sessions made before a filter was added
     out = {"run": 0, "killed": 0, "equivalent": [], "survived": [], "pending": 0,
            "incompetent": 0}
+    # read a snapshot: a run still writing this session failed with "attempt to write a
+    # readonly database" after a report opened the file beside it
+    snapshot = Path(tempfile.mkdtemp(prefix="mutate-report-")) / db.name
+    live, copy = sqlite3.connect(db), sqlite3.connect(snapshot)
+    try:
+        live.backup(copy)
+    finally:
+        live.close()
+        copy.close()
+    try:
+        return _results_from(snapshot, module, equivalent, spans, out)
+    finally:
+        shutil.rmtree(snapshot.parent, ignore_errors=True)
+
+
+def _results_from(db: Path, module: str, equivalent: list[dict], spans: list, out: dict) -> dict:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
     with use_db(str(db), WorkDB.Mode.open) as work:
         done = {item.job_id: result for item, result in work.completed_work_items}
         for item in work.work_items:
