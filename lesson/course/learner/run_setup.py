@@ -151,7 +151,7 @@ class _Recorder:
         for group in optimizer.param_groups:
             for p in group["params"]:
                 before = self._after_backward.pop(id(p), None)
-                if before is None or not math.isfinite(before) or before == 0:
+                if before is None or not math.isfinite(before):
                     continue
                 now = 0.0 if p.grad is None else float(torch.linalg.vector_norm(p.grad.detach()))
                 shrunk = shrunk or now < _SHRUNK * before
@@ -359,7 +359,8 @@ def cause_settings(broken: RunSetup, fixed: RunSetup, repair: RunSetup) -> list[
         changed += 1
         if repair.clipped == broken.clipped:
             kept.append("the gradients scaled down between backward() and step()"
-                        if broken.clipped else "no step between backward() and step()")
+                        if broken.clipped else "no scaling of the gradients between "
+                        "backward() and step()")
     for family in _FAMILIES:
         if broken.layers.get(family) != fixed.layers.get(family):
             changed += 1

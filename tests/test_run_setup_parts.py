@@ -1,0 +1,103 @@
+"""`lesson.course.learner.run_setup` on hand-made runs and set-ups: what the recorder leaves
+out (a course tool's optimizer), a tensor learning rate, the hooks gone after the block, and
+the words of each change. tests/test_clinic_judgement.py judges it through the clinic."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lesson.course.learner.run_setup import (OptimizerSetup, RunSetup, cause_settings,
+                                             record_setup, setup_changes)
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    opt.zero_grad()
+    model(torch.ones(4, 3)).pow(2).mean().backward()
+    opt.step()
+
+
+def test_a_course_tools_optimizer_is_not_the_runs_set_up():
+    tool = {"__name__": "lesson.checks.a_sweep", "torch": torch, "nn": nn, "_step": _step}
+    exec("def sweep():\n"
+         "    probe = nn.Linear(3, 1)\n"
+         "    opt = torch.optim.Adam(probe.parameters(), lr=1e-3)\n"
+         "    for _ in range(5):\n"
+         "        _step(probe, opt)\n", tool)
+    model = nn.Linear(3, 1)
+    with record_setup() as setup:
+        tool["sweep"]()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            _step(model, opt)
+    (only,) = setup.optimizers
+    assert (only.kind, only.lrs, only.steps, only.parameters) == ("SGD", (0.1,), 3, 4)
+
+
+def test_a_tensor_learning_rate_is_read_as_a_number():
+    model = nn.Linear(3, 1)
+    with record_setup() as setup:
+        _step(model, torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01)))
+    assert setup.optimizers[0].lrs == pytest.approx((0.01,))   # a float, not a tensor
+
+
+def test_no_hook_is_left_on_the_parameters_after_the_block():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with record_setup():
+        _step(model, opt)
+        assert all(p._post_accumulate_grad_hooks for p in model.parameters())
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
+
+
+def test_a_gradient_that_is_zero_after_backward_is_not_read_as_clipped():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with record_setup() as setup:
+        for _ in range(3):
+            opt.zero_grad()
+            (model(torch.ones(4, 3)) * 0).sum().backward()
+            opt.step()
+    assert setup.shrunk_steps == 0 and not setup.clipped
+
+
+def _sgd(lr: float = 0.1, wd: float = 0.0, steps: int = 100) -> OptimizerSetup:
+    return OptimizerSetup("SGD", (lr,), (wd,), (("momentum", 0),), 10, steps)
+
+
+def _run(opt: OptimizerSetup, seed: int = 5, shrunk: int = 0) -> RunSetup:
+    return RunSetup([opt], shrunk, seed, {})
+
+
+def test_a_learning_rate_and_a_weight_decay_changed_together_are_both_named():
+    changes = setup_changes(_run(_sgd()), _run(_sgd()), _run(_sgd(lr=0.01, wd=1e-4)))
+    assert [c.kind for c in changes] == ["lr_lowered", "weight_decay"]
+    assert changes[1].says == "weight decay added to SGD (0.0001)"
+
+
+def test_a_weight_decay_removed_says_so():
+    changes = setup_changes(_run(_sgd(wd=1e-4)), _run(_sgd(wd=1e-4)), _run(_sgd(wd=0.0)))
+    assert [(c.kind, c.says, c.broken) for c in changes] == [
+        ("weight_decay", "the weight decay of SGD removed", "weight decay 0.0001")]
+
+
+def test_the_same_seed_in_all_three_runs_is_no_change_without_seeds_given():
+    assert setup_changes(_run(_sgd(), seed=5), _run(_sgd(), seed=5), _run(_sgd(), seed=5)) == []
+    (change,) = setup_changes(_run(_sgd(), seed=5), _run(_sgd(), seed=5), _run(_sgd(), seed=6))
+    assert change.kind == "seed"
+
+
+def test_clipping_added_quotes_the_unclipped_training():
+    (change,) = setup_changes(_run(_sgd()), _run(_sgd()), _run(_sgd(), shrunk=3))
+    assert (change.kind, change.broken) == ("clipping", "no clipping")
+    (change,) = setup_changes(_run(_sgd(), shrunk=3), _run(_sgd(), shrunk=3), _run(_sgd()))
+    assert (change.kind, change.broken) == ("clipping", "clipping")
+
+
+def test_a_fix_that_adds_clipping_is_still_missing_from_a_repair_without_it():
+    broken, fixed = _run(_sgd()), _run(_sgd(), shrunk=5)
+    assert cause_settings(broken, fixed, _run(_sgd())) == [
+        "no scaling of the gradients between backward() and step()"]
+    assert cause_settings(broken, fixed, _run(_sgd(), shrunk=2)) == []
+    assert cause_settings(fixed, broken, _run(_sgd(), shrunk=2)) == [
+        "the gradients scaled down between backward() and step()"]
