@@ -3,12 +3,15 @@ out (a course tool's optimizer), a tensor learning rate, the hooks gone after th
 the words of each change. tests/test_clinic_judgement.py judges it through the clinic."""
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 import torch
 from torch import nn
 
-from lesson.course.learner.run_setup import (OptimizerSetup, RunSetup, cause_settings,
-                                             record_setup, setup_changes)
+from lesson.course.learner.run_setup import (Change, OptimizerSetup, RunSetup,
+                                             cause_settings, record_setup, setup_changes)
 
 
 def _step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
@@ -101,3 +104,60 @@ def test_a_fix_that_adds_clipping_is_still_missing_from_a_repair_without_it():
     assert cause_settings(broken, fixed, _run(_sgd(), shrunk=2)) == []
     assert cause_settings(fixed, broken, _run(_sgd(), shrunk=2)) == [
         "the gradients scaled down between backward() and step()"]
+
+
+def test_a_set_up_crosses_as_plain_data_and_comes_back_the_same():
+    model = nn.Linear(3, 1)
+    with record_setup() as setup:
+        _step(model, torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.99)))
+        nn.ReLU()(torch.ones(2))
+    plain = json.loads(json.dumps(setup.to_plain()))         # lists where there were tuples
+    assert RunSetup.from_plain(plain) == setup
+
+
+def test_the_settings_are_the_first_groups_and_each_group_has_its_rate():
+    a, b = nn.Linear(3, 1), nn.Linear(3, 1)
+    with record_setup() as setup:
+        opt = torch.optim.SGD([{"params": a.parameters(), "momentum": 0.9},
+                               {"params": b.parameters(), "momentum": 0.5, "lr": 0.2}], lr=0.1)
+        opt.zero_grad()
+        (a(torch.ones(4, 3)) + b(torch.ones(4, 3))).sum().backward()
+        opt.step()
+    (sgd,) = setup.optimizers
+    assert dict(sgd.settings)["momentum"] == 0.9 and sgd.lrs == (0.1, 0.2)
+
+
+class _Plain(torch.optim.Optimizer):
+    """A hand-written optimizer, as exercise 5's mini-framework has: no weight decay at all."""
+
+    def __init__(self, params, lr: float) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad, alpha=-group["lr"])
+
+
+def test_an_optimizer_without_weight_decay_has_none():
+    model = nn.Linear(3, 1)
+    with record_setup() as setup:
+        _step(model, _Plain(model.parameters(), lr=0.05))
+    (plain,) = setup.optimizers
+    assert (plain.kind, plain.lrs, plain.weight_decays) == ("_Plain", (0.05,), (0.0,))
+
+
+def test_a_change_is_a_value():
+    change = setup_changes(_run(_sgd()), _run(_sgd()), _run(_sgd(lr=0.01)))[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        change.says = "something else"
+    assert len({change, Change(change.kind, change.says, change.broken)}) == 1
+
+
+def test_several_groups_with_lowered_rates_are_one_change():
+    f = OptimizerSetup("SGD", (0.1, 0.2), (0.0, 0.0), (), 10, 100)
+    r = OptimizerSetup("SGD", (0.01, 0.02), (0.0, 0.0), (), 10, 100)
+    changes = setup_changes(_run(f), _run(f), _run(r))
+    assert [(c.kind, c.says) for c in changes] == [
+        ("lr_lowered", "the learning rate of SGD lowered from 0.1 to 0.01")]
