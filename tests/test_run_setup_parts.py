@@ -161,3 +161,22 @@ def test_several_groups_with_lowered_rates_are_one_change():
     changes = setup_changes(_run(f), _run(f), _run(r))
     assert [(c.kind, c.says) for c in changes] == [
         ("lr_lowered", "the learning rate of SGD lowered from 0.1 to 0.01")]
+
+
+def test_a_weight_decay_the_fix_itself_changes_is_not_the_repairs_change():
+    broken, fixed = _run(_sgd(wd=0.0)), _run(_sgd(wd=1e-4))
+    assert setup_changes(broken, fixed, _run(_sgd(wd=5e-4))) == []
+
+
+def test_several_groups_with_changed_weight_decay_are_one_change():
+    f = OptimizerSetup("SGD", (0.1, 0.1), (1e-4, 1e-4), (), 10, 100)
+    r = OptimizerSetup("SGD", (0.1, 0.1), (1e-3, 1e-3), (), 10, 100)
+    assert [c.kind for c in setup_changes(_run(f), _run(f), _run(r))] == ["weight_decay"]
+
+
+def test_a_cause_is_still_there_only_when_the_repair_left_every_setting_the_fix_changes():
+    broken, fixed = _run(_sgd(lr=0.1)), _run(_sgd(lr=0.01), shrunk=4)
+    assert cause_settings(broken, fixed, _run(_sgd(lr=0.01))) == []     # the rate: changed
+    assert cause_settings(broken, fixed, _run(_sgd(lr=0.1))) == [
+        "the learning rate of SGD, 0.1",
+        "no scaling of the gradients between backward() and step()"]
