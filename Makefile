@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    create .venv if missing, install, run the course's main job
-#   make test   create .venv if missing, install, run the whole test suite
+#   make test   create .venv if missing, install, run the test suite (about 11 minutes on
+#               2 cores; test-class and test-seeds hold the long rest, and CI runs all three)
 VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
