@@ -1,6 +1,7 @@
 """The LR range test: lesson-compatible return, smoothing, stop rules, suggestion, CSV, plot."""
 import csv
 import io
+import itertools
 import math
 import subprocess
 import sys
@@ -696,3 +697,44 @@ def test_near_the_edge_trains_better_than_a_third_of_it():
 
     at_edge, at_steepest = final_loss(result.suggested_lr), final_loss(steepest)
     assert math.isfinite(at_edge) and at_edge < 0.8 * at_steepest
+
+
+class _RunningSum(nn.Module):
+    """An LSTM read at its last step, regressing a weighted running sum (targets of spread ~9)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(4, 32, batch_first=True)
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+def test_a_sweep_whose_loss_never_went_down_is_probed_and_its_rate_trains():
+    """Under Adam, one step at each rate moves this LSTM too little for its regression loss
+    (~80, batches scattering by +-20%) to fall below its first points anywhere in the sweep:
+    the curve shows nothing to read, so trainings at fixed rates from the sweep's last rate
+    down choose, and the rate they choose trains."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2048, 20, 4, generator=g)
+    y = (x[:, :, 0] * torch.linspace(0.2, 1.0, 20)).sum(1, keepdim=True) * 3
+    loader = lambda: DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True,  # noqa: E731
+                                generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(2)
+    model = _RunningSum()
+    bare = find_learning_rate(model, loader(), None, nn.MSELoss(), optimizer="adam",
+                              probes=False, verbose=False)
+    assert bare.suggested_lr is None and bare.rule == "the loss never went down"
+    found = find_learning_rate(model, loader(), None, nn.MSELoss(), optimizer="adam",
+                               verbose=False)
+    assert found.kind == "probed" and found.rule.startswith("probed: the loss never went down")
+    assert found.probes[0][0] == pytest.approx(10.0) and found.probe_steps >= 50 * 4
+    opt = torch.optim.Adam(model.parameters(), lr=found.suggested_lr)
+    untrained = nn.functional.mse_loss(model(x), y).item()
+    for (xb, yb), _ in zip(itertools.cycle(loader()), range(200)):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(xb), yb).backward()
+        opt.step()
+    with torch.no_grad():
+        assert nn.functional.mse_loss(model(x), y).item() < 0.05 * untrained

@@ -103,3 +103,64 @@ def test_a_probe_that_only_reaches_the_moved_bar_has_not_moved():
     bar = untrained * math.exp(-S.MIN_FALL)
     assert S.flat_probe_rule(1.0, lambda lr, steps: bar, untrained).lr is None
     assert S.flat_probe_rule(1.0, lambda lr, steps: bar * 0.999, untrained).lr is not None
+
+
+def _no_fall_sweep() -> tuple[list[float], list[float]]:
+    """A sweep to 10 whose loss never went below its first point: one step at each rate moved
+    nothing, the batches scatter around 1."""
+    lrs = list(np.logspace(-7, 1, 100))
+    raw = [0.8] + [1.0 + 0.1 * math.sin(3 * i) for i in range(1, 100)]
+    return lrs, raw
+
+
+def _bowl(best: float, seen: list[tuple[float, int]]) -> S.Probe:
+    """A probe whose training goes furthest at `best` and less the further a rate is from it
+    (in log), and diverges 100x above it."""
+    def probe(lr: float, steps: int) -> float:
+        seen.append((lr, steps))
+        return math.inf if lr > 100 * best else 0.1 + 0.2 * abs(math.log10(lr / best))
+    return probe
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_a_sweep_that_never_went_down_is_probed_from_its_last_rate_down(adaptive):
+    lrs, raw = _no_fall_sweep()
+    seen: list[tuple[float, int]] = []
+    found = S.choose_lr(lrs, S.smooth(raw), 10, raw, adaptive=adaptive, plain_sgd=not adaptive,
+                        probe=_bowl(0.04, seen))
+    assert found.kind == "probed" and 0.04 / 2 <= found.lr <= 0.04 * 2
+    assert found.reason.startswith("probed: the loss never went down in the sweep, one step "
+                                   "at each rate up to 10; trainings of 50 steps")
+    assert seen[0] == (10.0, 50) and found.probes[0] == (10.0, math.inf)
+    # descending stops once PROBE_PATIENCE rates in a row fell short of the best's progress,
+    # long before the 16th rate
+    scores = [score for _, score in found.probes]
+    best, untrained = min(scores), float(np.median(raw[:10]))
+    assert all(not S._kept(v, best, untrained) for v in scores[-S.PROBE_PATIENCE:])
+    assert S._kept(scores[-S.PROBE_PATIENCE - 1], best, untrained)
+    assert len(seen) < S.NO_FALL_PROBE_RATES
+
+
+def test_a_sweep_that_never_went_down_without_probes_or_with_attention_gets_no_rate():
+    lrs, raw = _no_fall_sweep()
+    bare = S.choose_lr(lrs, S.smooth(raw), 10, raw, adaptive=True)
+    assert bare.lr is None and bare.reason == "the loss never went down"
+    seen: list[tuple[float, int]] = []
+    attention = S.choose_lr(lrs, S.smooth(raw), 10, raw, adaptive=True, attention=True,
+                            probe=_bowl(0.04, seen))
+    assert attention.lr is None and seen == []
+
+
+def test_a_sweep_that_never_went_down_is_probed_down_sixteen_rates_at_most():
+    seen: list[tuple[float, int]] = []
+
+    def lower_is_better(lr: float, steps: int) -> float:
+        seen.append((lr, steps))
+        return 0.5 + 0.1 * math.log10(lr / 3e-4)            # 0.95 at 10, 0.5 at 3e-4
+
+    result = S.no_fall_probe_rule(10.0, lower_is_better, untrained=1.0)
+    rates = sorted({lr for lr, _ in seen}, reverse=True)
+    assert len(rates) == S.NO_FALL_PROBE_RATES and rates[0] == 10.0
+    assert rates[-1] == pytest.approx(10.0 / 2 ** 15)
+    # still improving at the last: the suggestion is among the lowest rates probed
+    assert result.kind == "probed" and result.lr < 1e-3

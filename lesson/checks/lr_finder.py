@@ -9,7 +9,8 @@ when the loss stops being a finite number (those points are not kept).
 Which rate to pick depends on what was swept (`lesson.checks.lr_suggestion`): plain SGD on a
 classification loss calls for a rate near the edge of stability the sweep shows or above it,
 chosen by short trainings at multiples of the edge (probes); anything else for the smoothed
-loss's steepest descent, capped at a third of the edge; the result says which rule, and why.
+loss's steepest descent, capped at a third of the edge; a sweep whose loss never went down, by
+short trainings from its last rate down; the result says which rule, and why.
 The model and the optimizer are put back exactly as they were afterwards, also when the sweep
 or a probe raises or is interrupted.
 """
@@ -42,8 +43,8 @@ PROBE_BATCH_BYTES = 256 * 2 ** 20
 
 class LRFinderResult(list):
     """The sweep's `(lr, loss)` pairs (a list, as the lesson returned) plus the smoothed
-    curve, the suggested learning rate, which rule the sweep called for (`kind`: "edge" or
-    "steepest", see `lesson.checks.lr_suggestion`) and why, in words (`rule`)."""
+    curve, the suggested learning rate, which rule the sweep called for (`kind`: "edge",
+    "steepest" or "probed", see `lesson.checks.lr_suggestion`) and why, in words (`rule`)."""
 
     def __init__(self, pairs: Iterable[tuple[float, float]], smoothed: list[float],
                  suggested_lr: float | None, rule: str, stopped: str,
@@ -175,7 +176,8 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
 
     Plain SGD on a classification loss is probed (`probes=False`: not): a few short
     trainings at multiples of the sweep's edge of stability, each from the initial weights
-    (at most 8 x 50 steps, usually 4 or 5).
+    (at most 8 x 50 steps, usually 4 or 5). So is any sweep whose loss never went down:
+    trainings from its last rate down (at most 16 x 50 steps, longer only if none moved).
 
     Data: tensors `x_data`, `y_data` (the whole set each step, as in the lesson, or slices of
     `batch_size`), or a DataLoader as `x_data` with `y_data=None`. `optimizer`: "sgd" (the

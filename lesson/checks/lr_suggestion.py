@@ -27,6 +27,10 @@ all` measures them against grid searches of trainings of 50 to 2000 steps):
   best rate on targets of ~1000, read in log; 0.76 x in the loss).
 * A flat sweep of plain SGD on a classifier (one step at each rate moved nothing) is probed
   too: fixed-rate trainings from above the sweep's end down, longer until one moves the loss.
+* A sweep whose loss never went below its first points, whatever the optimizer and the loss
+  (PROBED: one step at each rate is too little for the network, or the batches' scatter hides
+  the fall: an LSTM regression under Adam), is probed the same way from its last rate down,
+  until the probes stop improving: no curve reading can choose where the curve shows nothing.
 
 The kind could not be read from the curve alone: on the benchmark, classifiers whose sweep fell
 by 1.9 e-folds wanted the edge and regressions that fell by 2.1 the steepest descent; the
@@ -144,6 +148,11 @@ FLAT_PROBE_STEPS = (50, 150, 450)
 sigmoid CNN whose sweep to 10 stayed flat moved at no rate in 50 steps and at 1.26 in 150
 (its grid best over 600 steps was 3.2)."""
 
+NO_FALL_PROBE_RATES = 16
+"""A sweep whose loss never went down is probed from its last rate down, PROBE_GROWTH times
+lower each, at most this many rates (to 3e-4 below a sweep to 10): it shows no edge to start
+near, so the probes descend until the scores stop improving (PROBE_PATIENCE)."""
+
 ATTENTION_SHARE = 0.35
 """With attention layers, no probes: this share of the edge. Their stable rate falls as
 training goes on (attention logits grow: Wortsman et al., 2023, "Small-scale proxies for
@@ -157,9 +166,9 @@ within 3x of the first three, 2.9-4x below the last's best (0.25: 4-5.6x), and d
 
 @dataclass(frozen=True)
 class Suggestion:
-    """A suggested rate (None: the loss never went down), the rule that chose it ("edge" or
-    "steepest"), why, in words, the edge of stability it was read against, and the probes
-    that chose it (EDGE with a way to train)."""
+    """A suggested rate (None: the loss never went down), the rule that chose it ("edge",
+    "steepest" or "probed"), why, in words, the edge of stability it was read against, and
+    the probes that chose it (EDGE and PROBED with a way to train)."""
 
     lr: float | None
     kind: str | None
@@ -234,6 +243,9 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
         why_not, probes = edge.reason, edge.probes
     lr, edge_lr = steepest_rule(lrs, smoothed, skip_start, raw, relative=classification,
                                 cap=cap)
+    if lr is None and probe is not None and not attention:
+        return no_fall_probe_rule(float(lrs[-1]), probe,
+                                  float(np.median(raw[:max(skip_start, 1)])))
     if lr is None:
         return Suggestion(None, None, "the loss never went down")
     read = "the log of the smoothed loss (a classifier's)" if classification else \
@@ -386,20 +398,38 @@ def probe_rule(edge: Suggestion, probe: Probe, untrained: float) -> Suggestion:
                       edge.edge, probes=tuple(scores))
 
 
+def no_fall_probe_rule(top: float, probe: Probe, untrained: float) -> Suggestion:
+    """A sweep whose loss never went down below its first points, probed: one step at each
+    rate is too little for some networks (an LSTM regressing targets of spread ~9 under Adam:
+    its sweep's scatter hid any fall), so fixed-rate trainings from the sweep's last rate
+    `top` down (`_probe_down`)."""
+    return _probe_down(top, probe, untrained, "the loss never went down in the sweep, one "
+                       f"step at each rate up to {top:.3g}", "probed", NO_FALL_PROBE_RATES)
+
+
 def flat_probe_rule(top: float, probe: Probe, untrained: float) -> Suggestion:
     """A flat sweep, probed: fixed-rate trainings from FLAT_PROBE_TOP x the sweep's last rate
-    `top` down, PROBE_GROWTH times lower each (FLAT_PROBE_RATES at most), first
-    FLAT_PROBE_STEPS[0] steps each, then longer while none moved the loss by MIN_FALL below
-    `untrained`; at the first length where one did, the largest rate that made PROBE_KEEP of
-    the best probe's fall (as EDGE's probes). Descending stops after PROBE_PATIENCE rates in
-    a row short of that once one moved. Suggestion(None, ...) when none moved at any length."""
+    `top` down (`_probe_down`)."""
+    return _probe_down(top * FLAT_PROBE_TOP, probe, untrained,
+                       f"{FLAT_SWEEP} up to {top:.3g}, one step at each rate", "edge")
+
+
+def _probe_down(first: float, probe: Probe, untrained: float, seen: str, kind: str,
+                rates: int = FLAT_PROBE_RATES) -> Suggestion:
+    """Fixed-rate trainings from `first` down, PROBE_GROWTH times lower each (`rates` at
+    most), first FLAT_PROBE_STEPS[0] steps each, then longer while none moved the loss by
+    MIN_FALL below `untrained`; at the first length where one did, the largest rate that made
+    PROBE_KEEP of the best probe's fall (as EDGE's probes). Descending stops after
+    PROBE_PATIENCE rates in a row short of that once one moved. `seen` says what the sweep
+    showed; Suggestion(None, ...) when no probe moved the loss at any length."""
     moved_below = untrained * math.exp(-MIN_FALL)
+    last = first / PROBE_GROWTH ** (rates - 1)
     probes: list[tuple[float, float]] = []
     for steps in FLAT_PROBE_STEPS:
         scores: list[tuple[float, float]] = []
         best, worse = math.inf, 0
-        for k in range(FLAT_PROBE_RATES):
-            lr = top * FLAT_PROBE_TOP / PROBE_GROWTH ** k
+        for k in range(rates):
+            lr = first / PROBE_GROWTH ** k
             score = probe(lr, steps)
             probes.append((lr, score))
             if score < best and score < moved_below:
@@ -414,20 +444,18 @@ def flat_probe_rule(top: float, probe: Probe, untrained: float) -> Suggestion:
             lr, _ = max((p for p in scores if _kept(p[1], best, untrained)), key=lambda p: p[0])
             tried = ", ".join(f"{r:.3g}: {v:.3g}" for r, v in scores)
             highest = (" (the highest probed: a sweep to a higher end_lr shows whether a "
-                       "higher one trains better)" if lr >= top * FLAT_PROBE_TOP else "")
-            return Suggestion(lr, "edge",
-                              f"edge, probed: {FLAT_SWEEP} up to {top:.3g}, one step at each "
-                              f"rate; trainings of {steps} steps at fixed rates from "
-                              f"{top * FLAT_PROBE_TOP:.3g} down took the loss from "
+                       "higher one trains better)" if lr >= first else "")
+            return Suggestion(lr, kind,
+                              f"{'probed' if kind == 'probed' else kind + ', probed'}: "
+                              f"{seen}; trainings of {steps} steps at fixed "
+                              f"rates from {first:.3g} down took the loss from "
                               f"{untrained:.3g} to {tried}: the largest rate that made "
                               f"{PROBE_KEEP:.0%} of the best one's fall is {lr:.3g}{highest}",
                               None, probes=tuple(probes))
-    return Suggestion(None, None, f"{FLAT_SWEEP}, and no training of "
-                      f"{FLAT_PROBE_STEPS[-1]} steps at a fixed rate from "
-                      f"{top * FLAT_PROBE_TOP:.3g} down to "
-                      f"{top * FLAT_PROBE_TOP / PROBE_GROWTH ** (FLAT_PROBE_RATES - 1):.3g} "
-                      f"brought the loss {math.expm1(MIN_FALL):.0%} below its untrained "
-                      f"{untrained:.3g}: a sweep to a higher end_lr shows where it falls",
+    return Suggestion(None, None, f"{seen}, and no training of {FLAT_PROBE_STEPS[-1]} steps at "
+                      f"a fixed rate from {first:.3g} down to {last:.3g} brought the loss "
+                      f"{math.expm1(MIN_FALL):.0%} below its untrained {untrained:.3g}: a "
+                      f"sweep to a higher end_lr shows where it falls",
                       None, probes=tuple(probes))
 
 
