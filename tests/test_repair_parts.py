@@ -4,6 +4,7 @@ Nothing trains here (the case's run is given); tests/test_clinic_judgement.py an
 tests/test_remedies.py judge real repairs of real cases."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import textwrap
@@ -126,10 +127,11 @@ def test_lines_inserted_inside_the_script_are_places_and_at_its_ends_are_not():
     fixed = BROKEN.replace("train_broken", "train_fixed").replace(
         "    y = x * 10\n", "    y = x * 10\n    y = y.clamp(0)\n")
     assert fix_sites(FakeCase(fixed=fixed)) == ([], [("y = x * 10", "z = y - 3")])
-    at_the_end = BROKEN.replace("train_broken", "train_fixed") + "    print(z)\n"
-    assert fix_sites(FakeCase(fixed=at_the_end))[1] == []
-    at_the_start = "import math\n" + BROKEN.replace("train_broken", "train_fixed")
-    assert fix_sites(FakeCase(fixed=at_the_start))[1] == []
+    # sources that agree on their first and last lines (a decorator, a closing line): lines
+    # added before the first or after the last have no pair of lines to sit between
+    broken = "@torch.no_grad()\n" + BROKEN
+    for fixed in ("import math\n" + broken, broken + "print(z)\n"):
+        assert fix_sites(FakeCase(broken=broken, fixed=fixed)) == ([], [])
 
 
 def test_indentation_and_spacing_are_not_changes():
@@ -146,6 +148,12 @@ def test_a_long_script_of_repeated_lines_reads_the_one_line_the_fix_changes():
     case = FakeCase(broken=script("train_broken", 10), fixed=script("train_fixed", 2))
     assert fix_sites(case) == ([("layers.append(block())", "y = x * 10",
                                  "layers.append(block())")], [])
+
+
+def test_a_reference_shared_from_the_cache_cannot_be_changed():
+    ref = repair.Reference(None, _setup(), _setup())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ref.broken_setup = _setup(_sgd(lr=9.0))
 
 
 def test_a_function_without_readable_source_has_none():
