@@ -4,6 +4,7 @@
     python benchmarks/mutate.py lesson/debugger/rules.py lesson/course/grading/
     python benchmarks/mutate.py --sample 150 ...       # a seeded random 150 mutants a module
     python benchmarks/mutate.py --report               # the table of the last runs again
+    python benchmarks/mutate.py lesson/checks/lr_suggestion.py --lines 401-460   # new code
 
 Cosmic Ray (PyPI `cosmic-ray`, the `mutation` extra) makes the mutants and runs a module's
 test files (`mutation_map.toml`) once for each, on a copy of the tree: the working tree is
@@ -184,8 +185,9 @@ def _in_message(mutation, spans) -> bool:
 
 
 def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
-         server: Path, timeout: float) -> Path:
-    """A Cosmic Ray session for `module`: its config, the chosen mutants pending."""
+         server: Path, timeout: float, lines: tuple[int, int] | None = None) -> Path:
+    """A Cosmic Ray session for `module`: its config, the chosen mutants pending (those on
+    `lines`, first to last, when given: new code measured on its own)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -204,7 +206,8 @@ def init(module: str, spec: dict, markers: str, tree: Path, sample: int | None,
         items = list(work.pending_work_items)
         spans = _message_spans(tree / module)
         chosen = [i for i in items if OPERATORS.match(i.mutations[0].operator_name)
-                  and not _in_message(i.mutations[0], spans)]
+                  and not _in_message(i.mutations[0], spans)
+                  and (lines is None or lines[0] <= i.mutations[0].start_pos[0] <= lines[1])]
         if sample is not None and sample < len(chosen):
             chosen = random.Random(0).sample(chosen, sample)
         keep = {i.job_id for i in chosen}
@@ -348,12 +351,24 @@ def report(modules: list[str]) -> bool:
     return met
 
 
+def _line_range(text: str) -> tuple[int, int]:
+    """"120-180" -> (120, 180); argparse reports the ValueError as a bad argument."""
+    first, _, last = text.partition("-")
+    a, b = int(first), int(last or first)
+    if not 1 <= a <= b:
+        raise ValueError(text)
+    return a, b
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="modules or folders (default: all mapped)")
     parser.add_argument("--sample", type=int, help="at most this many mutants per module")
     parser.add_argument("--report", action="store_true", help="only print the last results")
     parser.add_argument("--fresh", action="store_true", help="start sessions again")
+    parser.add_argument("--lines", type=_line_range, metavar="FIRST-LAST",
+                        help="only the mutants on these lines (new code; starts the session "
+                             "again, so one module only)")
     parser.add_argument("--survivors", action="store_true",
                         help="run the last survivors again (after adding tests)")
     args = parser.parse_args(argv)
@@ -364,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                  "or `pip install -e '.[mutation]'`")
     mapped, markers = load_map()
     modules = select(mapped, args.paths)
+    if args.lines is not None and (len(modules) != 1 or args.report or args.survivors):
+        sys.exit("mutate: --lines needs exactly one module, and starts its session again "
+                 "(not with --report or --survivors)")
     if not args.report:
         tree = copy_tree()
         try:
@@ -375,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                 with warm_server(tree) as server:
                     seconds = baseline(tree, spec, markers, server)
                     print(f"== {module}: baseline {seconds:.1f} s", flush=True)
-                    if args.fresh or not session(module).exists():
+                    if args.fresh or args.lines or not session(module).exists():
                         init(module, spec, markers, tree, args.sample, server,
-                             timeout=3 * seconds + 30)
+                             timeout=3 * seconds + 30, lines=args.lines)
                     else:       # resumed: the new server's socket in the command
                         _point_at(module, spec, markers, server)
                         if args.survivors:

@@ -164,3 +164,94 @@ def test_a_sweep_that_never_went_down_is_probed_down_sixteen_rates_at_most():
     assert rates[-1] == pytest.approx(10.0 / 2 ** 15)
     # still improving at the last: the suggestion is among the lowest rates probed
     assert result.kind == "probed" and result.lr < 1e-3
+
+
+def _scripted(scores: list[float], seen: list[float]) -> S.Probe:
+    """A probe that answers `scores` in the order it is called (and inf after them)."""
+    answers = iter(scores)
+
+    def probe(lr: float, steps: int) -> float:
+        seen.append(lr)
+        return next(answers, math.inf)
+    return probe
+
+
+def _edge(at: float = 1.0) -> S.Suggestion:
+    return S.Suggestion(0.9 * at, "edge", "edge", at)
+
+
+def test_a_probe_that_ends_at_the_untrained_loss_did_not_train():
+    seen: list[float] = []
+    result = S.probe_rule(_edge(), _scripted([1.0, 0.2], seen), untrained=1.0)
+    assert result.lr is None and seen == [0.5] and "did not bring the loss below" in result.reason
+
+
+def test_a_probe_tying_the_best_does_not_restart_the_patience():
+    # best 0.5; 0.9 falls short (1 of 2); 0.5 ties the best without beating it; 0.9 falls
+    # short again (2 of 2): probing stops before the fifth rate, whose 0.1 is never seen
+    seen: list[float] = []
+    result = S.probe_rule(_edge(), _scripted([0.5, 0.9, 0.5, 0.9, 0.1], seen), untrained=1.0)
+    assert seen == [0.5, 1.0, 2.0, 4.0]
+    assert result.lr == 2.0            # the largest that made 90% of the best fall
+
+
+def test_the_probes_say_the_bar_they_were_held_to():
+    # best 0.2 from 1.0: 90% of the fall is 0.28, twice the best 0.4: the bar is 0.28
+    result = S.probe_rule(_edge(), _scripted([0.2, 0.27, 0.29, 0.9, 0.9], []), untrained=1.0)
+    assert result.lr == 1.0 and "(to 0.28 or lower)" in result.reason
+    # best 0.05 from 1.0: 90% of the fall is 0.145, twice the best 0.1: the bar is 0.1
+    result = S.probe_rule(_edge(), _scripted([0.05, 0.09, 0.11, 0.9, 0.9], []), untrained=1.0)
+    assert result.lr == 1.0 and "(to 0.1 or lower)" in result.reason
+
+
+def test_probing_down_a_tie_with_the_best_does_not_restart_the_patience():
+    seen: list[float] = []
+    result = S.flat_probe_rule(1.0, _scripted([0.5, 0.9, 0.5, 0.9, 0.1], seen), untrained=1.0)
+    assert seen == [2.0, 1.0, 0.5, 0.25] and result.lr == 2.0
+
+
+def test_probing_down_lists_the_rates_that_trained_and_says_when_the_top_one_won():
+    top = S.flat_probe_rule(1.0, _scripted([0.5, 1.0, 0.52, 0.9], []), untrained=1.0)
+    assert top.lr == 2.0 and "(the highest probed" in top.reason
+    assert "to 2: 0.5, 0.5: 0.52:" in top.reason       # 1.0 at 1 did not train: not listed
+    lower = S.flat_probe_rule(1.0, _scripted([0.9, 0.5, 0.9, 0.9], []), untrained=1.0)
+    assert lower.lr == 1.0 and "highest probed" not in lower.reason
+
+
+def test_probing_down_that_moved_nothing_says_the_rates_it_tried():
+    result = S.flat_probe_rule(1.0, lambda lr, steps: 1.0, untrained=1.0)
+    assert "from 2 down to 0.0156 brought the loss" in result.reason
+    result = S.no_fall_probe_rule(10.0, lambda lr, steps: 1.0, untrained=1.0)
+    assert "from 10 down to 0.000305 brought the loss" in result.reason
+
+
+def _fall(plateau: int, fall: list[float], after: list[float]) -> list[float]:
+    """A sweep's loss: flat at 1 for `plateau` points, then `fall`, then `after`."""
+    return [1.0] * plateau + fall + after
+
+
+def test_a_minimum_at_the_first_point_read_has_no_fall_before_it():
+    lrs = list(np.logspace(-4, 0, 30))
+    loss = [2.0] * 10 + [0.5] + [1.0] * 19            # lowest exactly at skip_start
+    assert S.steepest_rule(lrs, loss, 10, loss) == (None, None)
+
+
+def test_a_fall_in_one_step_is_read_and_its_edge_is_its_minimum():
+    lrs = list(np.logspace(-4, 0, 40))
+    loss = _fall(25, [0.2], [0.6] * 14)               # the whole fall between two points
+    lr, edge = S.steepest_rule(lrs, loss, 10, loss)
+    assert edge == lrs[25] and lr == pytest.approx(min(lrs[24], lrs[25] / S.STEEPEST_CAP))
+
+
+def test_a_spike_from_half_the_fall_on_is_the_edge():
+    lrs = list(np.logspace(-4, 0, 40))
+    smoothed = _fall(20, [0.9, 0.7, 0.5, 0.4, 0.35, 0.3, 0.25, 0.2], [0.8] * 12)
+    # the smoothed loss passes half its drop (0.6) at 22; the raw loss is back above the
+    # plateau at 22 and 23, two in a row: the edge is 22, though the loss falls on to 27
+    raw = list(smoothed)
+    raw[22] = raw[23] = 1.2
+    assert S.steepest_rule(lrs, smoothed, 10, raw)[1] == lrs[22]
+    # the same two steps before half the drop are batch scatter, not the edge
+    raw = list(smoothed)
+    raw[20] = raw[21] = 1.2
+    assert S.steepest_rule(lrs, smoothed, 10, raw)[1] == lrs[27]

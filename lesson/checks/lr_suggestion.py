@@ -285,9 +285,7 @@ def steepest_rule(lrs: list[float], smoothed: list[float], skip_start: int,
     if i_min <= skip_start:
         return None, None
     plateau = float(np.median(loss[skip_start:min(skip_start + 10, i_min)]))
-    drop = plateau - loss[i_min]
-    if drop <= 0:
-        return None, None
+    drop = plateau - loss[i_min]        # > 0: every point before the first minimum is higher
     start = _fall_start(loss, skip_start, i_min, plateau, drop)
     half = start + int(np.nonzero(loss[start:i_min + 1] <= plateau - 0.5 * drop)[0][0])
     edge = next((i for i in range(half, i_min) if _past_edge(spikes, i, start, plateau)), i_min)
@@ -334,9 +332,7 @@ def edge_rule(lrs: list[float], raw: list[float], skip_start: int,
     if i_min <= skip_start:
         return Suggestion(None, None, "the loss never went down")
     plateau = float(np.median(curve[skip_start:min(skip_start + 10, i_min)]))
-    drop = plateau - float(curve[i_min])
-    if drop <= 0:
-        return Suggestion(None, None, "the loss never went down")
+    drop = plateau - float(curve[i_min])     # > 0, as in steepest_rule
     start = _fall_start(curve, skip_start, i_min, plateau, drop)
     level, plateau_loss = np.exp(curve), math.exp(plateau)
     halfway = plateau_loss - 0.5 * (plateau_loss - level[i_min])
