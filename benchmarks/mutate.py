@@ -352,7 +352,8 @@ def report(modules: list[str]) -> bool:
 
 
 def _line_range(text: str) -> tuple[int, int]:
-    """"120-180" -> (120, 180); argparse reports the ValueError as a bad argument."""
+    """'120-180' -> (120, 180), '7' -> (7, 7); argparse reports a ValueError as a bad
+    argument."""
     first, _, last = text.partition("-")
     a, b = int(first), int(last or first)
     if not 1 <= a <= b:
