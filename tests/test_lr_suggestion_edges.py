@@ -1,6 +1,7 @@
-"""lesson.checks.lr_suggestion's parts at their edges, on hand-made curves: the parabola's
-vertex, the centred median, where a fall starts, when one step is past the edge, how many
-rates a flat sweep's probes try, and the guards of choose_lr and the EDGE rule."""
+"""lesson.checks.lr_suggestion's parts at their edges, on hand-made curves and probes: the
+parabola's vertex, the centred median, where a fall starts, when one step is past the edge,
+how many rates a flat sweep's probes try, a sweep that never went down (PROBED), the probes'
+patience, ties and messages, and the guards of choose_lr and the EDGE rule."""
 from __future__ import annotations
 
 import math
