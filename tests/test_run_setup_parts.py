@@ -180,3 +180,47 @@ def test_a_cause_is_still_there_only_when_the_repair_left_every_setting_the_fix_
     assert cause_settings(broken, fixed, _run(_sgd(lr=0.1))) == [
         "the learning rate of SGD, 0.1",
         "no scaling of the gradients between backward() and step()"]
+
+
+def _warmed(peak: float, warmup: int, steps: int = 12) -> RunSetup:
+    """The set-up of a run whose rate ramps linearly from 1% of `peak` over `warmup` steps
+    (none: 0), then stays there."""
+    model = nn.Linear(3, 1)
+    with record_setup() as setup:
+        opt = torch.optim.SGD(model.parameters(), lr=peak)
+        ramp = torch.optim.lr_scheduler.LinearLR(opt, 0.01, total_iters=warmup) if warmup \
+            else None
+        for _ in range(steps):
+            _step(model, opt)
+            if ramp is not None:
+                ramp.step()
+    return setup
+
+
+def test_the_peak_rate_is_recorded_and_crosses_as_plain_data():
+    setup = _warmed(0.3, 5)
+    (only,) = setup.optimizers
+    assert only.lrs == pytest.approx((0.003,)) and only.peak_lrs == pytest.approx((0.3,))
+    assert RunSetup.from_plain(json.loads(json.dumps(setup.to_plain()))) == setup
+
+
+def test_a_warm_up_to_the_same_peak_is_the_fix_and_a_lower_peak_hides():
+    broken, fixed = _warmed(0.3, 0), _warmed(0.3, 5)
+    assert setup_changes(broken, fixed, _warmed(0.3, 8)) == []       # another warm-up
+    (lower,) = setup_changes(broken, fixed, _warmed(0.03, 0))         # no warm-up, lower
+    assert lower.kind == "lr_lowered"
+    assert lower.says == "the peak learning rate of SGD lowered from 0.3 to 0.03"
+    (higher,) = setup_changes(broken, fixed, _warmed(0.6, 5))
+    assert higher.kind == "lr_raised"
+    # the cause, a rate at its peak from the first step, is still there only without a ramp
+    assert cause_settings(broken, fixed, _warmed(0.3, 0)) == ["the learning rate of SGD, 0.3"]
+    assert cause_settings(broken, fixed, _warmed(0.3, 8)) == []
+
+
+def test_a_rate_changed_from_the_first_step_is_one_change_not_two():
+    broken = fixed = _warmed(0.3, 0)
+    (lower,) = setup_changes(broken, fixed, _warmed(0.1, 0))
+    assert lower.says == "the learning rate of SGD lowered from 0.3 to 0.1"
+    # a fix that lowers the rate: left as broken, one setting is still there, not two
+    assert cause_settings(_warmed(0.3, 0), _warmed(0.1, 0), _warmed(0.3, 0)) == [
+        "the learning rate of SGD, 0.3"]

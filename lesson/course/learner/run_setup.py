@@ -58,6 +58,9 @@ class OptimizerSetup:
     settings: tuple[tuple[str, Any], ...]   # the other hyperparameters of the first group
     parameters: int                   # elements it trains
     steps: int = 0
+    #: each param group's highest learning rate over the steps: a warm-up changes the rate
+    #: at the first step and keeps this one
+    peak_lrs: tuple[float, ...] = ()
 
 
 @dataclass
@@ -89,7 +92,8 @@ class RunSetup:
         optimizers = [OptimizerSetup(kind=str(o["kind"]), lrs=tup(o["lrs"]),
                                      weight_decays=tup(o["weight_decays"]),
                                      settings=tup(o["settings"]), parameters=int(o["parameters"]),
-                                     steps=int(o["steps"])) for o in data["optimizers"]]
+                                     steps=int(o["steps"]), peak_lrs=tup(o["peak_lrs"]))
+                      for o in data["optimizers"]]
         seed = data["seed"]
         return cls(optimizers, int(data["shrunk_steps"]), None if seed is None else int(seed),
                    {str(k): tuple(str(x) for x in v) for k, v in data["layers"].items()})
@@ -137,7 +141,11 @@ class _Recorder:
                     if p.requires_grad:
                         self._grad_handles.append(p.register_post_accumulate_grad_hook(
                             self._after_accumulate))
-        self.setup.optimizers[self._index[key]].steps += 1
+        described = self.setup.optimizers[self._index[key]]
+        described.steps += 1
+        now = _rates(optimizer)
+        described.peak_lrs = tuple(map(max, described.peak_lrs, now)) \
+            if len(described.peak_lrs) == len(now) else now
         if self._shrunk(optimizer):
             self.setup.shrunk_steps += 1
 
@@ -188,10 +196,15 @@ def _describe(optimizer: torch.optim.Optimizer) -> OptimizerSetup:
     settings = tuple((k, _plain(first[k])) for k in _SETTINGS if k in first)
     return OptimizerSetup(
         kind=type(optimizer).__name__,
-        lrs=tuple(float(_plain(g.get("lr", math.nan))) for g in groups),
+        lrs=_rates(optimizer),
         weight_decays=tuple(float(g.get("weight_decay", 0.0) or 0.0) for g in groups),
         settings=settings,
         parameters=sum(p.numel() for g in groups for p in g["params"] if p.requires_grad))
+
+
+def _rates(optimizer: torch.optim.Optimizer) -> tuple[float, ...]:
+    """Each param group's learning rate now."""
+    return tuple(float(_plain(g.get("lr", math.nan))) for g in optimizer.param_groups)
 
 
 def _plain(value: Any) -> Any:
@@ -252,6 +265,8 @@ _READ: dict[str, Any] = {
     "kind": lambda o: o.kind, "lr": lambda o: o.lrs, "weight_decay": lambda o: o.weight_decays,
     "settings": lambda o: o.settings, "steps": lambda o: o.steps,
     "parameters": lambda o: o.parameters,
+    # to 6 digits: a warm-up's last factor reaches its peak within rounding
+    "peak_lr": lambda o: tuple(float(f"{v:.6g}") for v in o.peak_lrs),
 }
 
 
@@ -280,6 +295,15 @@ def _optimizer_changes(f: OptimizerSetup, r: OptimizerSetup, keep: set[str]) -> 
                 way = "lowered" if new < old else "raised"
                 out.append(Change(f"lr_{way}", f"the learning rate of {name} {way} from "
                                   f"{_num(old)} to {_num(new)}", f"learning rate {_num(old)}"))
+                break
+    if "peak_lr" in keep and not any(c.kind.startswith("lr_") for c in out) \
+            and len(f.peak_lrs) == len(r.peak_lrs):
+        for old, new in zip(f.peak_lrs, r.peak_lrs):
+            if not math.isclose(old, new, rel_tol=1e-6):
+                way = "lowered" if new < old else "raised"
+                out.append(Change(f"lr_{way}", f"the peak learning rate of {name} {way} from "
+                                  f"{_num(old)} to {_num(new)}",
+                                  f"peak learning rate {_num(old)}"))
                 break
     if "weight_decay" in keep and not any(c.kind == "weight_decay" for c in out):
         for old, new in zip(f.weight_decays, r.weight_decays):
@@ -351,7 +375,10 @@ def cause_settings(broken: RunSetup, fixed: RunSetup, repair: RunSetup) -> list[
         b = broken.optimizers[i] if i < len(broken.optimizers) else None
         if b is None:
             continue
-        for key in set(_READ) - _kept(b, f):
+        keys = set(_READ) - _kept(b, f)
+        if "lr" in keys:                   # one setting, however its schedule goes
+            keys.discard("peak_lr")
+        for key in keys:
             changed += 1
             if _READ[key](b) == _READ[key](r):
                 kept.append(_setting_words(key, b))
@@ -376,4 +403,6 @@ def _setting_words(key: str, b: OptimizerSetup) -> str:
                             f"{', '.join(_num(v) for v in b.weight_decays)}",
             "settings": f"{b.kind}'s settings {dict(b.settings)}",
             "steps": f"{b.steps} steps of {b.kind}",
-            "parameters": f"{b.parameters:,} trained parameters"}[key]
+            "parameters": f"{b.parameters:,} trained parameters",
+            "peak_lr": f"the peak learning rate of {b.kind}, "
+                       f"{', '.join(_num(v) for v in b.peak_lrs)}"}[key]
