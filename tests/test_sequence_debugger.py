@@ -214,6 +214,20 @@ def test_saturated_attention_is_named_and_its_scaled_twin_is_not():
     assert _tail(broken["losses"]) > _tail(fixed["losses"])
 
 
+def test_unscaled_attention_of_head_size_64_is_named_though_not_one_hot():
+    """The common size, under PyTorch's Linear init: rows start at about half a uniform row's
+    entropy (scores spread by ~2.5), far from one-hot, and learning already lags."""
+    broken = zoo.train_lm(0, scaled=False, d=128, heads=2, steps=150)
+    fixed = zoo.train_lm(0, handwritten=True, d=128, heads=2, steps=150)
+
+    def settling(run: dict) -> float:        # the loss after the first fall, to step 150
+        return sum(run["losses"][30:]) / len(run["losses"][30:])
+    assert settling(broken) > settling(fixed) + 0.02
+    f = _finding(broken, "ATTENTION_SATURATED")
+    assert 0.3 < f.evidence["normalized_entropy"] < 0.6 and f.evidence["mean_max_weight"] < 0.8
+    _clean(fixed)
+
+
 def test_a_padded_batch_read_at_its_last_position_is_named():
     broken, fixed = zoo.train_gru_classifier(0, read="last"), zoo.train_gru_classifier(0)
     assert broken["accuracy"] < 0.75 < 0.95 <= fixed["accuracy"]

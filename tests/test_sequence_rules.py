@@ -821,8 +821,8 @@ def test_masked_score_threshold():
 
 
 def test_saturation_reads_the_first_early_steps_only():
-    saturated = _rows_with_entropy(A.SATURATED_ENTROPY - 0.05)
-    uniform = _rows_with_entropy(0.99)
+    saturated = _rows_with_entropy(A.SATURATED_ENTROPY - 0.02)
+    uniform = _rows_with_entropy(0.99)     # one step of it lifts ten steps' mean above the bar
 
     def verdict(saturated_steps: int) -> list[str]:
         inspector = A.AttentionInspector()

@@ -154,8 +154,8 @@ TREE: tuple[Node, ...] = (
        _q("The loss stays at chance or crawls",
           _c("the key padding mask is True on the real tokens (or an attention_mask 1 on "
              "the padding)", "PADDING_MASK_INVERTED"),
-          _c("attention rows are one-hot from the first step: the scores are not divided "
-             "by sqrt(d)", "ATTENTION_SATURATED"),
+          _c("attention rows are sharp (far from uniform) from the first step: the scores "
+             "are not divided by sqrt(d)", "ATTENTION_SATURATED"),
           _c("a post-LN transformer at its full learning rate from step 0 drops in its "
              "first steps to what a model blind to its context gets (the tokens' frequencies) "
              "and stays there; the same peak rate trains after a warm-up", "WARMUP_MISSING"),
