@@ -3,7 +3,8 @@
 For each task the same freshly initialised model goes through:
   * our `find_learning_rate` (100 steps, 1e-7 -> 10, on the task's DataLoader; on plain SGD
     classifiers, then its probes: 50-step trainings at multiples of the sweep's edge, or
-    after a flat sweep fixed-rate trainings of 50 steps and longer below 20),
+    after a flat sweep fixed-rate trainings of 50 steps and longer below 20; under Adam,
+    where the cap bound, four 100-step trainings from the cap down),
   * the lesson's rule (10 points before the lowest raw loss) applied to that same sweep,
   * torch-lr-finder's `LRFinder.range_test` (same range and steps) and its plot's suggestion
     (steepest gradient of the smoothed loss),
@@ -38,12 +39,15 @@ CNN, a binary cross-entropy, a wider transformer; momentum and Adam on long budg
 three misses (a flat sweep, momentum 0.21x, Adam 3.83x) were then mended; `confirm-2`, 10
 written before those mends and run only to confirm them (momentum and Adam on 500-1500 steps:
 ELU, leaky-ReLU, tanh and ReLU MLPs, a ReLU and a GELU CNN, a GRU; two sigmoid networks under
-plain SGD; an Adam regression). The suggestion rules were designed on `tuning` (benchmark,
-extra, edge, edge-held-out) at BENCH_SEED=0 and 1, and checked on `confirm` (held-out,
-edge-confirm, confirm-2) and at BENCH_SEED=2; `all` runs the 51 and counts, per tool, the tasks
-within 3x and the rates that diverge. BENCH_SEED changes every initialisation. Tasks run in
-parallel processes (`--jobs`, default 2), one torch thread each; the numbers do not depend on
-it; `-k` picks tasks by name. Grid searches are kept in `--cache`
+plain SGD; an Adam regression); `confirm-3`, 8 Adam tasks written after the probes below
+Adam's cap were designed (on the Adam tasks above, seeds 0-2) and run only to confirm them
+(SiLU, a deep tanh stack, batch norm, an LSTM classifier, a wide CNN, an ELU regression, a
+binary cross-entropy, 2000 steps of a ReLU network). The suggestion rules were designed on
+`tuning` (benchmark, extra, edge, edge-held-out) at BENCH_SEED=0 and 1, and checked on
+`confirm` (held-out, edge-confirm, confirm-2, confirm-3) and at BENCH_SEED=2; `all` runs the
+59 and counts, per tool, the tasks within 3x and the rates that diverge. BENCH_SEED changes
+every initialisation. Tasks run in parallel processes (`--jobs`, default 2), one torch thread
+each; the numbers do not depend on it; `-k` picks tasks by name. Grid searches are kept in `--cache`
 (benchmarks/.cache/lr_grids.jsonl), keyed by a digest of all they depend on (the task, its
 initial weights, the training code): a changed finder reruns only the tools.
 
@@ -449,16 +453,69 @@ def confirm_2_tasks() -> list[Task]:
     ]
 
 
+
+def confirm_3_tasks() -> list[Task]:
+    """Written with the PROBED-below-the-cap rule for Adam designed (on the Adam tasks above,
+    seeds 0-2) and before it ran on these: Adam on 300-2000 steps, networks the sets above do
+    not hold (SiLU, a deep tanh stack, batch norm, an LSTM classifier, a wide CNN, an ELU
+    regression, a binary cross-entropy, a long ReLU budget)."""
+    g = torch.Generator().manual_seed(61)
+    xd, yd = _digits()
+    x1, y1 = _teacher_data(g, 61, 20, 36, 9)
+    x2, y2 = _teacher_data(g, 62, 14, 24, 2)
+    x3, y3 = _teacher_data(g, 63, 10, 32, 4)
+    xs = torch.randn(2048, 20, 2, generator=g)
+    trend = xs[:, :10, 0].sum(1) - xs[:, 10:, 1].sum(1)
+    ys = (trend > -1.5).long() + (trend > 1.5).long()                 # 3 classes
+    xr = torch.rand(2048, 1, generator=g) * 4 - 2
+    yr = 5 * torch.sin(3 * xr) + xr + 0.1 * torch.randn(2048, 1, generator=g)
+
+    def deep_tanh() -> nn.Module:
+        layers: list[nn.Module] = [nn.Flatten(), nn.Linear(64, 48), nn.Tanh()]
+        for _ in range(4):
+            layers += [nn.Linear(48, 48), nn.Tanh()]
+        return nn.Sequential(*layers, nn.Linear(48, 10))
+
+    return [
+        Task("silu-mlp-synthetic-9cls (Adam, 600 steps)",
+             lambda: nn.Sequential(nn.Linear(20, 80), nn.SiLU(), nn.Linear(80, 80), nn.SiLU(),
+                                   nn.Linear(80, 9)),
+             x1, y1, nn.CrossEntropyLoss(), "adam", steps=600),
+        Task("deep-tanh-mlp-digits (Adam, 400 steps)", deep_tanh,
+             xd, yd, nn.CrossEntropyLoss(), "adam", steps=400),
+        Task("lstm-sequences-3cls (Adam, 500 steps)",
+             lambda: RecurrentHead(nn.LSTM, 2, 32, 3), xs, ys, nn.CrossEntropyLoss(),
+             "adam", steps=500),
+        Task("wide-cnn-digits (Adam, 300 steps)", lambda: _cnn(width=16),
+             xd, yd, nn.CrossEntropyLoss(), "adam", steps=300),
+        Task("elu-regression-sine (Adam, 1000 steps)",
+             lambda: nn.Sequential(nn.Linear(1, 64), nn.ELU(), nn.Linear(64, 64), nn.ELU(),
+                                   nn.Linear(64, 1)),
+             xr, yr, nn.MSELoss(), "adam", steps=1000),
+        Task("batchnorm-mlp-digits (Adam, 600 steps)",
+             lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.BatchNorm1d(64),
+                                   nn.ReLU(), nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU(),
+                                   nn.Linear(64, 10)),
+             xd, yd, nn.CrossEntropyLoss(), "adam", steps=600),
+        Task("bce-mlp-binary (Adam, 800 steps)",
+             lambda: nn.Sequential(nn.Linear(14, 32), nn.ReLU(), nn.Linear(32, 1)),
+             x2, y2.float().unsqueeze(1), nn.BCEWithLogitsLoss(), "adam", steps=800),
+        Task("relu-mlp-synthetic-4cls (Adam, 2000 steps)",
+             lambda: nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 4)),
+             x3, y3, nn.CrossEntropyLoss(), "adam", steps=2000),
+    ]
+
 #: the task sets `--set` chooses from
 SETS: dict[str, Callable[[], list[Task]]] = {
     "benchmark": lambda: tasks(), "held-out": lambda: held_out_tasks(),
     "extra": lambda: extra_tasks(), "edge": lambda: edge_tasks(),
     "edge-held-out": lambda: edge_held_out_tasks(),
-    "edge-confirm": lambda: edge_confirm_tasks(), "confirm-2": lambda: confirm_2_tasks()}
+    "edge-confirm": lambda: edge_confirm_tasks(), "confirm-2": lambda: confirm_2_tasks(),
+    "confirm-3": lambda: confirm_3_tasks()}
 #: ...and the groups of sets: "tuning", the sets the suggestion rules were designed on;
 #: "confirm", the sets they were only checked on; "all", every set
 GROUPS = {"tuning": ("benchmark", "extra", "edge", "edge-held-out"),
-          "confirm": ("held-out", "edge-confirm", "confirm-2"), "all": tuple(SETS)}
+          "confirm": ("held-out", "edge-confirm", "confirm-2", "confirm-3"), "all": tuple(SETS)}
 
 
 def all_tasks(name: str) -> list[Task]:
@@ -651,9 +708,9 @@ def main() -> None:
                         help="which tasks: the benchmark's five (default), the held-out eight, "
                              "the extra seven (RNNs, short and long budgets), the edge six "
                              "(plain SGD, 500-2000 steps), the edge-held-out seven, the "
-                             "edge-confirm eight, the confirm-2 ten; 'tuning' "
-                             "and 'confirm' (the sets the rules were designed on / only "
-                             "checked on), or all of them")
+                             "edge-confirm eight, the confirm-2 ten, the confirm-3 eight (Adam); "
+                             "'tuning' and 'confirm' (the sets the rules were designed on / "
+                             "only checked on), or all of them")
     parser.add_argument("--held-out", action="store_true", help="the same as --set held-out")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="tasks run in parallel, one thread each (default 2)")
@@ -711,7 +768,7 @@ def main() -> None:
     costs = ", ".join(f"{r['cost']}" for r in rows)
     spent = [r["ours_steps"] for r in rows]
     print(f"\ncost per task in optimizer steps: torch-lr-finder's range test 100; ours "
-          f"{min(spent)}-{max(spent)} (its sweep and, on plain SGD classifiers, its probes); "
+          f"{min(spent)}-{max(spent)} (its sweep and its probes); "
           f"grid search {costs} (up to {max(r['cost'] for r in rows) // min(spent)}x ours)")
     kinds = sorted({budgets[r["task"]] for r in rows})
     print(f"{len(rows)} tasks, training budgets {kinds} steps")

@@ -256,3 +256,64 @@ def test_a_spike_from_half_the_fall_on_is_the_edge():
     raw = list(smoothed)
     raw[20] = raw[21] = 1.2
     assert S.steepest_rule(lrs, smoothed, 10, raw)[1] == lrs[27]
+
+
+# -- an adaptive optimizer's STEEPEST where the cap bound: probed below the cap ---------------------
+def _late_fall_sweep() -> tuple[list[float], list[float]]:
+    """A sweep flat at 2.0 that falls only in the half decade before its edge (its minimum,
+    0.2), then blows up: its steepest descent (~0.1) lies above the edge / ADAPTIVE_CAP."""
+    lrs = np.logspace(-5, 0, 100)
+    fall = np.clip((np.log10(lrs) - math.log10(0.06)) / math.log10(0.2 / 0.06), 0, 1)
+    raw = np.where(lrs <= 0.2, 2.0 - 1.5 * fall, 0.5 * (lrs / 0.2) ** 4)
+    return lrs.tolist(), raw.tolist()
+
+
+def _capped(**kw) -> tuple[S.Suggestion, list[tuple[float, int]]]:
+    lrs, raw = _late_fall_sweep()
+    seen: list[tuple[float, int]] = []
+    kw.setdefault("adaptive", True)
+    found = S.choose_lr(lrs, S.smooth(raw), 10, raw, probe=kw.pop("probe", None)
+                        or _bowl(0.01, seen), **kw)
+    return found, seen
+
+
+def test_the_late_fall_sweeps_steepest_descent_lies_above_the_adaptive_cap():
+    lrs, raw = _late_fall_sweep()
+    lr, edge = S.steepest_rule(lrs, S.smooth(raw), 10, raw, cap=S.ADAPTIVE_CAP)
+    assert lr == pytest.approx(edge / S.ADAPTIVE_CAP) and 0.1 < edge < 0.4
+
+
+def test_an_adaptive_sweep_whose_cap_bound_is_probed_down_from_the_cap():
+    found, seen = _capped()
+    cap = found.edge / S.ADAPTIVE_CAP
+    assert seen == [(cap / 2 ** k, S.CAPPED_PROBE_STEPS) for k in range(S.CAPPED_PROBES)]
+    # the bowl's bottom is 0.01: the probe nearest it, whichever side, ended lowest
+    best = min(seen, key=lambda p: abs(math.log(p[0] / 0.01)))[0]
+    assert found.kind == "probed" and found.lr == best and found.lr < cap
+    assert found.probes == tuple((lr, 0.1 + 0.2 * abs(math.log10(lr / 0.01))) for lr, _ in seen)
+    assert found.reason.startswith("probed: steepest: the sweep ran an adaptive optimizer")
+    assert f"which bound ({cap:.3g}" in found.reason and f"ended at {found.lr:.3g}" in found.reason
+
+
+@pytest.mark.parametrize("kw", [{"adaptive": False}, {"attention": True}, {"probe": None}])
+def test_only_an_adaptive_sweep_without_attention_and_with_a_way_to_train_is_probed(kw):
+    found, seen = _capped(**kw) if kw != {"probe": None} else (None, [])
+    if found is None:
+        lrs, raw = _late_fall_sweep()
+        found = S.choose_lr(lrs, S.smooth(raw), 10, raw, adaptive=True)
+    assert seen == [] and found.kind == "steepest"
+
+
+def test_an_adaptive_sweep_below_its_cap_is_not_probed():
+    lrs, raw = _late_fall_sweep()
+    early = np.where(np.array(lrs) < 1e-3, 2.0, 0.5)            # falls at 1e-3, far below
+    raw = [float(min(a, b)) if lr <= 0.2 else a for a, b, lr in zip(raw, early, lrs)]
+    seen: list[tuple[float, int]] = []
+    found = S.choose_lr(lrs, S.smooth(raw), 10, raw, adaptive=True, probe=_bowl(0.01, seen))
+    assert seen == [] and found.kind == "steepest" and found.lr < found.edge / S.ADAPTIVE_CAP
+
+
+def test_probes_below_the_cap_that_never_trained_leave_the_cap():
+    found, _ = _capped(probe=lambda lr, steps: 2.0 if lr < 0.02 else math.inf)
+    assert found.kind == "steepest" and found.lr == pytest.approx(found.edge / S.ADAPTIVE_CAP)
+    assert "no training of 100 steps from there down brought the loss below" in found.reason

@@ -177,7 +177,9 @@ def find_learning_rate(model: nn.Module, x_data: Any, y_data: torch.Tensor | Non
     Plain SGD on a classification loss is probed (`probes=False`: not): a few short
     trainings at multiples of the sweep's edge of stability, each from the initial weights
     (at most 8 x 50 steps, usually 4 or 5). So is any sweep whose loss never went down:
-    trainings from its last rate down (at most 16 x 50 steps, longer only if none moved).
+    trainings from its last rate down (at most 16 x 50 steps, longer only if none moved); and
+    an adaptive optimizer's sweep whose steepest descent lay above its cap: 4 x 100 steps
+    from the cap down.
 
     Data: tensors `x_data`, `y_data` (the whole set each step, as in the lesson, or slices of
     `batch_size`), or a DataLoader as `x_data` with `y_data=None`. `optimizer`: "sgd" (the
