@@ -295,8 +295,8 @@ CODES: dict[str, Code] = {
               "the scores of padded keys with -inf before softmax.",
               _S.ERROR, "model", "monitor"),
         _code("ATTENTION_SATURATED", "Attention rows are sharp from the start (their entropy "
-              "is far below a uniform row's): the scores are not scaled by 1/sqrt(d), softmax saturates and passes "
-              "almost no gradient, so learning is slow or stuck.",
+              "is far below a uniform row's): the scores are not scaled by 1/sqrt(d), softmax "
+              "saturates and passes almost no gradient, so learning is slow or stuck.",
               "Divide the scores by math.sqrt(head_dim): (q @ k.transpose(-2, -1)) / "
               "math.sqrt(q.shape[-1]) (F.scaled_dot_product_attention does it for you).",
               _S.ERROR, "model", "monitor"),

@@ -85,7 +85,7 @@ CAPPED_PROBE_STEPS = 100
 """STEEPEST for an adaptive optimizer whose steepest descent lay above the cap, probed: the cap
 is a share of the edge read off other tasks, and where it binds the curve says nothing about
 where below it the best rate sits (on the benchmark's Adam tasks, seeds 0-2, it ranged from
-0.4 to 5.6 x the grid's best when it bound). Trainings of this many steps at fixed rates from
+0.38 to 5.6 x the grid's best when it bound). Trainings of this many steps at fixed rates from
 the cap down..."""
 CAPPED_PROBES = 4
 """...halving, this many (the cap to an eighth of it): the rate whose training ended lowest.

@@ -229,8 +229,7 @@ class Thresholds:
     this share of the marginal entropy of the targets (the loss of a model that predicts each
     class at its frequency and ignores its input: the level a post-LN stack broken by its
     first steps falls to and stays at: down to 0.886 of it on the catalogue's 200 seeds
-    (post_ln_no_warmup, seed 109) and 0.89 on a hand-written character model; a model that
-    learns gets well below it)..."""
+    (post_ln_no_warmup, seed 109); a model that learns gets well below it)..."""
     warmup_stall_fall: float = 0.02
     """...and flat there: from the start of that last quarter to the end of the run, the second
     half no more than this share below the first (a model still learning slowly falls
