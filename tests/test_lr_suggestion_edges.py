@@ -317,3 +317,18 @@ def test_probes_below_the_cap_that_never_trained_leave_the_cap():
     found, _ = _capped(probe=lambda lr, steps: 2.0 if lr < 0.02 else math.inf)
     assert found.kind == "steepest" and found.lr == pytest.approx(found.edge / S.ADAPTIVE_CAP)
     assert "no training of 100 steps from there down brought the loss below" in found.reason
+
+
+def test_nothing_skipped_reads_the_untrained_loss_off_the_first_point():
+    lrs, raw = _late_fall_sweep()
+    raw[0] = 2.5                                 # the rest of the plateau sits at 2.0
+    found = S.choose_lr(lrs, S.smooth(raw), 0, raw, adaptive=True, probe=_bowl(0.01, []))
+    assert found.kind == "probed" and "took the loss from 2.5 to" in found.reason
+
+
+@pytest.mark.parametrize("classification, read", [
+    (True, "the log of the smoothed loss (a classifier's)"), (False, "the smoothed loss,")])
+def test_steepest_says_which_loss_it_read(classification, read):
+    lrs, raw = _late_fall_sweep()
+    found = S.choose_lr(lrs, S.smooth(raw), 10, raw, classification=classification)
+    assert found.kind == "steepest" and f"the steepest descent of {read}" in found.reason

@@ -260,7 +260,7 @@ def choose_lr(lrs: list[float], smoothed: list[float], skip_start: int = 10,
     untrained = float(np.median(raw[:max(skip_start, 1)]))
     if lr is None and probe is not None and not attention:
         return no_fall_probe_rule(float(lrs[-1]), probe, untrained)
-    if lr is None or edge_lr is None:
+    if lr is None:
         return Suggestion(None, None, "the loss never went down")
     read = "the log of the smoothed loss (a classifier's)" if classification else \
         "the smoothed loss"
